@@ -1,0 +1,58 @@
+//! The data model of rlpool: typed tensors, nested keys and tensordicts.
+//!
+//! This crate is the bottom layer: every step of every environment travels
+//! as a [`TensorDict`] (a map from [`NestedKey`]s to [`Tensor`]s, non-tensor
+//! values and sub-dicts, with one batch size that every entry's leading dims
+//! share), as TorchRL's `tensordict` does in Python. It knows nothing of
+//! specs, environments or processes.
+//!
+//! - [`Tensor`]: a [`DType`], a shape and a view into shared, aligned
+//!   storage; clones share, writes copy (copy on write); typed access through
+//!   bytemuck with a typed error on a dtype mismatch.
+//! - [`TensorDict`]: `set`, `get`, `remove`, `keys`, `select`, `exclude`,
+//!   `update`, `index`, `unbind`, and a `Display` in TorchRL's style.
+//! - Stacking: dense ([`TensorDict::stack`]), lazy
+//!   ([`LazyStackedTensorDict`]) and maybe-dense ([`StackedTensorDict`]).
+//! - A binary codec ([`encode`], [`decode`]) to send a tensordict through a
+//!   pipe; `decode` never panics on malformed bytes.
+//!
+//! ```
+//! use tensordict::{decode, encode, DType, NonTensor, Tensor, TensorDict};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // One env's step result.
+//! let mut step = TensorDict::new(&[]);
+//! step.set("observation", Tensor::from_vec(&[4], vec![0.1f32, 0.0, -0.2, 0.0])?)?;
+//! step.set(("next", "reward"), Tensor::from_vec(&[1], vec![1.0f32])?)?;
+//! step.set(("next", "done"), Tensor::from_vec(&[1], vec![false])?)?;
+//!
+//! // Eight of them, stacked into a batch.
+//! let batch = TensorDict::stack(&vec![step.clone(); 8])?;
+//! assert_eq!(batch.batch_size(), &[8]);
+//! assert_eq!(batch.tensor(("next", "reward"))?.shape(), &[8, 1]);
+//!
+//! // Through a pipe and back.
+//! let bytes = encode(&batch);
+//! assert_eq!(decode(&bytes)?, batch);
+//! # let _ = (DType::F32, NonTensor::Int(0));
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+
+mod codec;
+mod dtype;
+mod error;
+mod key;
+mod non_tensor;
+mod stack;
+mod tensor;
+mod tensordict;
+
+pub use crate::codec::{decode, encode, encode_into, DecodeError};
+pub use crate::dtype::{DType, Element};
+pub use crate::error::TensorDictError;
+pub use crate::key::{KeyLike, KeyParts, NestedKey};
+pub use crate::non_tensor::NonTensor;
+pub use crate::stack::{LazyStackedTensorDict, StackedTensorDict};
+pub use crate::tensor::{Shape, Tensor};
+pub use crate::tensordict::{Entry, TensorDict, TensorMut};

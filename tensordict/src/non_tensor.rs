@@ -1,0 +1,168 @@
+//! `NonTensor`: values a tensordict carries that are not tensors (integers,
+//! floats, bools, strings, and stacks of them, such as `env_index`).
+
+use std::fmt;
+
+use crate::Shape;
+
+/// A value that is not a tensor. A [`NonTensor::Stack`] has one element per
+/// row of its leading dimension, so a stack of `n` values sits in a
+/// tensordict of batch size `[n]` (as TorchRL's `NonTensorStack`).
+///
+/// ```
+/// use tensordict::NonTensor;
+/// let env_index = NonTensor::from(vec![0i64, 1, 2]);
+/// assert_eq!(env_index.shape().as_slice(), &[3]);
+/// assert_eq!(env_index.index(1), Some(&NonTensor::Int(1)));
+/// assert_eq!(env_index.as_int_vec(), Some(vec![0, 1, 2]));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub enum NonTensor {
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A bool.
+    Bool(bool),
+    /// A string.
+    Str(String),
+    /// A stack of values along a leading dimension.
+    Stack(Vec<NonTensor>),
+}
+
+impl NonTensor {
+    /// The shape: `[]` for a single value; for a stack, its length followed
+    /// by the shape its elements share (if they all share one).
+    pub fn shape(&self) -> Shape {
+        match self {
+            NonTensor::Stack(items) => {
+                let mut shape = Shape::new();
+                shape.push(items.len());
+                if let Some((first, rest)) = items.split_first() {
+                    let inner = first.shape();
+                    if rest.iter().all(|item| item.shape() == inner) {
+                        shape.extend_from_slice(&inner);
+                    }
+                }
+                shape
+            }
+            _ => Shape::new(),
+        }
+    }
+
+    /// Element `index` of a stack; `None` for a single value or out of range.
+    pub fn index(&self, index: usize) -> Option<&NonTensor> {
+        match self {
+            NonTensor::Stack(items) => items.get(index),
+            _ => None,
+        }
+    }
+
+    /// The elements of a stack; `None` for a single value.
+    pub fn unbind(&self) -> Option<&[NonTensor]> {
+        match self {
+            NonTensor::Stack(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    /// The integer, if this is one.
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            NonTensor::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The integers of a stack of integers (as `env_index`).
+    pub fn as_int_vec(&self) -> Option<Vec<i64>> {
+        match self {
+            NonTensor::Stack(items) => items.iter().map(NonTensor::as_int).collect(),
+            _ => None,
+        }
+    }
+
+    /// The name of the variant, for messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            NonTensor::Int(_) => "int",
+            NonTensor::Float(_) => "float",
+            NonTensor::Bool(_) => "bool",
+            NonTensor::Str(_) => "str",
+            NonTensor::Stack(_) => "stack",
+        }
+    }
+}
+
+impl fmt::Display for NonTensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NonTensor::Int(v) => write!(f, "{v}"),
+            NonTensor::Float(v) => write!(f, "{v:?}"),
+            NonTensor::Bool(v) => write!(f, "{v}"),
+            NonTensor::Str(v) => write!(f, "{v:?}"),
+            NonTensor::Stack(items) => {
+                f.write_str("[")?;
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{item}")?;
+                }
+                f.write_str("]")
+            }
+        }
+    }
+}
+
+impl From<i64> for NonTensor {
+    fn from(v: i64) -> Self {
+        NonTensor::Int(v)
+    }
+}
+
+impl From<f64> for NonTensor {
+    fn from(v: f64) -> Self {
+        NonTensor::Float(v)
+    }
+}
+
+impl From<bool> for NonTensor {
+    fn from(v: bool) -> Self {
+        NonTensor::Bool(v)
+    }
+}
+
+impl From<&str> for NonTensor {
+    fn from(v: &str) -> Self {
+        NonTensor::Str(v.to_owned())
+    }
+}
+
+impl From<String> for NonTensor {
+    fn from(v: String) -> Self {
+        NonTensor::Str(v)
+    }
+}
+
+impl<T: Into<NonTensor>> From<Vec<T>> for NonTensor {
+    fn from(items: Vec<T>) -> Self {
+        NonTensor::Stack(items.into_iter().map(Into::into).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_of_values_and_stacks() {
+        assert!(NonTensor::from("a").shape().is_empty());
+        let nested = NonTensor::from(vec![vec![1i64, 2], vec![3, 4], vec![5, 6]]);
+        assert_eq!(nested.shape().as_slice(), &[3, 2]);
+        let ragged = NonTensor::from(vec![vec![1i64], vec![3, 4]]);
+        assert_eq!(ragged.shape().as_slice(), &[2]);
+        assert_eq!(nested.to_string(), "[[1, 2], [3, 4], [5, 6]]");
+        assert_eq!(NonTensor::Int(3).index(0), None);
+    }
+}

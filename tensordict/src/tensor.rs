@@ -1,0 +1,580 @@
+//! `Tensor`: a dtype, a shape and a view into shared, 8-byte-aligned storage
+//! that is copied on write.
+
+use std::fmt;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::{DType, Element, TensorDictError};
+
+/// A shape: the size of each dimension. Up to four dims live inline.
+pub type Shape = SmallVec<[usize; 4]>;
+
+/// The backing bytes of one or more tensors, kept in `u64` words so that
+/// every dtype is aligned.
+#[derive(Clone)]
+struct Storage {
+    words: Vec<u64>,
+}
+
+impl Storage {
+    fn zeroed(nbytes: usize) -> Storage {
+        Storage {
+            words: vec![0; nbytes.div_ceil(8)],
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.words)
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(&mut self.words)
+    }
+}
+
+/// A dense, row-major tensor of one [`DType`].
+///
+/// A tensor is a view (`offset`, `shape`) into shared storage: `clone`,
+/// [`Tensor::unbind`], [`Tensor::index`] and [`Tensor::reshape`] copy no
+/// element. Mutation ([`Tensor::as_mut_slice`], [`Tensor::copy_from`]) copies
+/// the viewed elements first if the storage is shared (copy on write), so a
+/// tensor someone else still holds never changes under them. Stacking views
+/// that already sit side by side in one storage copies nothing either.
+///
+/// Equality is bit-for-bit: same dtype, same shape, same bytes.
+///
+/// ```
+/// use tensordict::{DType, Tensor};
+/// # fn main() -> Result<(), tensordict::TensorDictError> {
+/// let a = Tensor::from_vec(&[2, 2], vec![1.0f32, 2.0, 3.0, 4.0])?;
+/// let mut b = a.clone();                      // shares storage
+/// b.as_mut_slice::<f32>()?[0] = 10.0;         // copies, then writes
+/// assert_eq!(a.as_slice::<f32>()?, &[1.0, 2.0, 3.0, 4.0]);
+/// assert_eq!(b.as_slice::<f32>()?[0], 10.0);
+///
+/// let rows = a.unbind()?;                     // views, no copy
+/// assert_eq!(rows[1].as_slice::<f32>()?, &[3.0, 4.0]);
+/// assert_eq!(Tensor::stack(&rows)?, a);       // side by side: no copy
+/// assert!(a.as_slice::<i64>().is_err());      // typed error, not a panic
+/// assert_eq!(Tensor::zeros(DType::U8, &[84, 84, 4]).numel(), 28_224);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Tensor {
+    dtype: DType,
+    shape: Shape,
+    /// Offset of the first element, in bytes (a multiple of the dtype size).
+    offset: usize,
+    storage: Arc<Storage>,
+}
+
+/// Number of elements of a shape, `None` on overflow.
+pub(crate) fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+impl Tensor {
+    fn nbytes_of(dtype: DType, shape: &[usize]) -> Result<usize, TensorDictError> {
+        checked_numel(shape)
+            .and_then(|n| n.checked_mul(dtype.size()))
+            .ok_or_else(|| TensorDictError::ShapeTooLarge {
+                shape: shape.to_vec(),
+            })
+    }
+
+    /// A tensor of zeros (`false` for bool).
+    ///
+    /// # Panics
+    /// If the shape's size in bytes overflows `usize` (use
+    /// [`Tensor::try_zeros`] for shapes that come from outside).
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
+        Tensor::try_zeros(dtype, shape).expect("shape too large")
+    }
+
+    /// A tensor of zeros, or an error if the shape's size overflows.
+    pub fn try_zeros(dtype: DType, shape: &[usize]) -> Result<Tensor, TensorDictError> {
+        let nbytes = Tensor::nbytes_of(dtype, shape)?;
+        Ok(Tensor {
+            dtype,
+            shape: shape.into(),
+            offset: 0,
+            storage: Arc::new(Storage::zeroed(nbytes)),
+        })
+    }
+
+    /// A tensor with every element equal to `value`.
+    pub fn full<T: Element>(shape: &[usize], value: T) -> Tensor {
+        let mut tensor = Tensor::zeros(T::DTYPE, shape);
+        if value != T::default() {
+            tensor
+                .as_mut_slice::<T>()
+                .expect("dtype matches by construction")
+                .fill(value);
+        }
+        tensor
+    }
+
+    /// A tensor holding `values` in row-major order; an error if their
+    /// number does not fill `shape`.
+    pub fn from_vec<T: Element>(
+        shape: &[usize],
+        values: Vec<T>,
+    ) -> Result<Tensor, TensorDictError> {
+        Tensor::from_slice(shape, &values)
+    }
+
+    /// A tensor holding a copy of `values`; an error if their number does
+    /// not fill `shape`.
+    pub fn from_slice<T: Element>(
+        shape: &[usize],
+        values: &[T],
+    ) -> Result<Tensor, TensorDictError> {
+        let expected = checked_numel(shape).ok_or_else(|| TensorDictError::ShapeTooLarge {
+            shape: shape.to_vec(),
+        })?;
+        if expected != values.len() {
+            return Err(TensorDictError::ElementCount {
+                shape: shape.to_vec(),
+                expected,
+                found: values.len(),
+            });
+        }
+        let mut tensor = Tensor::try_zeros(T::DTYPE, shape)?;
+        tensor.bytes_mut().copy_from_slice(T::bytes(values));
+        Ok(tensor)
+    }
+
+    /// A tensor of shape `[]` holding one value.
+    pub fn scalar<T: Element>(value: T) -> Tensor {
+        Tensor::full(&[], value)
+    }
+
+    /// A tensor from raw little-endian bytes; an error if their length does
+    /// not fit the shape or (for bool) a byte is neither 0 nor 1.
+    pub fn from_bytes(
+        dtype: DType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> Result<Tensor, TensorDictError> {
+        let nbytes = Tensor::nbytes_of(dtype, shape)?;
+        if nbytes != bytes.len() {
+            return Err(TensorDictError::InvalidBytes {
+                dtype,
+                reason: format!(
+                    "shape {shape:?} needs {nbytes} bytes but {} were given",
+                    bytes.len()
+                ),
+            });
+        }
+        if dtype == DType::Bool {
+            if let Some(pos) = bytes.iter().position(|&b| b > 1) {
+                return Err(TensorDictError::InvalidBytes {
+                    dtype,
+                    reason: format!("byte {pos} is {} (a bool is 0 or 1)", bytes[pos]),
+                });
+            }
+        }
+        let mut tensor = Tensor::try_zeros(dtype, shape)?;
+        tensor.bytes_mut().copy_from_slice(bytes);
+        Ok(tensor)
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        // Cannot overflow: checked when the storage was made.
+        self.shape.iter().product()
+    }
+
+    /// Size of the elements in bytes.
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+
+    /// The elements' bytes, row-major, native (little-endian) order.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.storage.bytes()[self.offset..self.offset + self.nbytes()]
+    }
+
+    /// Makes this tensor the only owner of the bytes it views, copying them
+    /// if the storage is shared (copy on write).
+    fn make_unique(&mut self) {
+        if Arc::get_mut(&mut self.storage).is_none() {
+            let mut storage = Storage::zeroed(self.nbytes());
+            storage.bytes_mut()[..self.nbytes()].copy_from_slice(self.as_bytes());
+            self.storage = Arc::new(storage);
+            self.offset = 0;
+        }
+    }
+
+    /// The elements' bytes, writable; copies them first if shared.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.make_unique();
+        let range = self.offset..self.offset + self.nbytes();
+        let storage = Arc::get_mut(&mut self.storage).expect("unique after make_unique");
+        &mut storage.bytes_mut()[range]
+    }
+
+    fn check_dtype<T: Element>(&self) -> Result<(), TensorDictError> {
+        if self.dtype == T::DTYPE {
+            Ok(())
+        } else {
+            Err(TensorDictError::DTypeMismatch {
+                expected: T::DTYPE,
+                found: self.dtype,
+            })
+        }
+    }
+
+    /// The elements as a typed slice; an error if `T` is not the dtype.
+    pub fn as_slice<T: Element>(&self) -> Result<&[T], TensorDictError> {
+        self.check_dtype::<T>()?;
+        T::cast(self.as_bytes()).ok_or(TensorDictError::InvalidBytes {
+            dtype: self.dtype,
+            reason: "storage is not a valid slice of this dtype".into(),
+        })
+    }
+
+    /// The elements as a mutable typed slice (copy on write); an error if
+    /// `T` is not the dtype.
+    pub fn as_mut_slice<T: Element>(&mut self) -> Result<&mut [T], TensorDictError> {
+        self.check_dtype::<T>()?;
+        let dtype = self.dtype;
+        T::cast_mut(self.bytes_mut()).ok_or(TensorDictError::InvalidBytes {
+            dtype,
+            reason: "storage is not a valid slice of this dtype".into(),
+        })
+    }
+
+    /// The elements copied into a `Vec`.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>, TensorDictError> {
+        Ok(self.as_slice::<T>()?.to_vec())
+    }
+
+    /// The single element of a tensor with one element (any shape).
+    pub fn item<T: Element>(&self) -> Result<T, TensorDictError> {
+        match self.as_slice::<T>()? {
+            [one] => Ok(*one),
+            other => Err(TensorDictError::ElementCount {
+                shape: self.shape.to_vec(),
+                expected: 1,
+                found: other.len(),
+            }),
+        }
+    }
+
+    /// Every element converted to `f64` (for checks and display).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        fn conv<T: Element>(t: &Tensor) -> Vec<f64> {
+            t.as_slice::<T>()
+                .map(|s| s.iter().map(|v| v.to_f64()).collect())
+                .unwrap_or_default()
+        }
+        match self.dtype {
+            DType::Bool => conv::<bool>(self),
+            DType::U8 => conv::<u8>(self),
+            DType::I8 => conv::<i8>(self),
+            DType::I16 => conv::<i16>(self),
+            DType::I32 => conv::<i32>(self),
+            DType::I64 => conv::<i64>(self),
+            DType::F32 => conv::<f32>(self),
+            DType::F64 => conv::<f64>(self),
+        }
+    }
+
+    /// Copies the elements of `src`, which must have the same dtype and
+    /// shape, into this tensor (copy on write if shared).
+    pub fn copy_from(&mut self, src: &Tensor) -> Result<(), TensorDictError> {
+        if src.dtype != self.dtype || src.shape != self.shape {
+            return Err(TensorDictError::StackTensors {
+                index: 1,
+                expected: describe(self),
+                found: describe(src),
+            });
+        }
+        if Arc::ptr_eq(&self.storage, &src.storage) && self.offset == src.offset {
+            return Ok(());
+        }
+        self.bytes_mut().copy_from_slice(src.as_bytes());
+        Ok(())
+    }
+
+    /// True if both tensors view the same storage (one was derived from the
+    /// other without copying).
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    /// The same elements with another shape of the same number of elements
+    /// (a view: no copy).
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor, TensorDictError> {
+        if checked_numel(shape) != Some(self.numel()) {
+            return Err(TensorDictError::Reshape {
+                from: self.shape.to_vec(),
+                to: shape.to_vec(),
+            });
+        }
+        Ok(Tensor {
+            shape: shape.into(),
+            ..self.clone()
+        })
+    }
+
+    /// Row `index` along dimension 0 (a view: no copy).
+    pub fn index(&self, index: usize) -> Result<Tensor, TensorDictError> {
+        let (&len, rest) = self
+            .shape
+            .split_first()
+            .ok_or(TensorDictError::ZeroDim { what: "index" })?;
+        if index >= len {
+            return Err(TensorDictError::IndexOutOfRange { index, len });
+        }
+        let row_bytes = rest.iter().product::<usize>() * self.dtype.size();
+        Ok(Tensor {
+            dtype: self.dtype,
+            shape: rest.into(),
+            offset: self.offset + index * row_bytes,
+            storage: Arc::clone(&self.storage),
+        })
+    }
+
+    /// Every row along dimension 0 (views: no copy).
+    pub fn unbind(&self) -> Result<Vec<Tensor>, TensorDictError> {
+        let len = *self
+            .shape
+            .first()
+            .ok_or(TensorDictError::ZeroDim { what: "unbind" })?;
+        (0..len).map(|i| self.index(i)).collect()
+    }
+
+    /// Stacks tensors of one dtype and shape along a new dimension 0.
+    ///
+    /// Copies nothing when the tensors are consecutive rows of one storage
+    /// (as the rows that [`Tensor::unbind`] returns); otherwise copies each
+    /// into a new storage.
+    pub fn stack(tensors: &[Tensor]) -> Result<Tensor, TensorDictError> {
+        let first = tensors.first().ok_or(TensorDictError::EmptyStack)?;
+        for (index, t) in tensors.iter().enumerate().skip(1) {
+            if t.dtype != first.dtype || t.shape != first.shape {
+                return Err(TensorDictError::StackTensors {
+                    index,
+                    expected: describe(first),
+                    found: describe(t),
+                });
+            }
+        }
+        let mut shape = Shape::with_capacity(first.ndim() + 1);
+        shape.push(tensors.len());
+        shape.extend_from_slice(&first.shape);
+        let row = first.nbytes();
+        let side_by_side = tensors.iter().enumerate().all(|(i, t)| {
+            Arc::ptr_eq(&t.storage, &first.storage) && t.offset == first.offset + i * row
+        });
+        if side_by_side {
+            return Ok(Tensor {
+                dtype: first.dtype,
+                shape,
+                offset: first.offset,
+                storage: Arc::clone(&first.storage),
+            });
+        }
+        let mut out = Tensor::try_zeros(first.dtype, &shape)?;
+        let bytes = out.bytes_mut();
+        if row > 0 {
+            for (chunk, t) in bytes.chunks_exact_mut(row).zip(tensors) {
+                chunk.copy_from_slice(t.as_bytes());
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `shape [2, 3] and dtype f32`, for messages.
+pub(crate) fn describe(t: &Tensor) -> String {
+    format!("shape {:?} and dtype {}", t.shape(), t.dtype())
+}
+
+impl PartialEq for Tensor {
+    fn eq(&self, other: &Tensor) -> bool {
+        self.dtype == other.dtype
+            && self.shape == other.shape
+            && self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Tensor {}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 8;
+        let values = self.to_f64_vec();
+        write!(
+            f,
+            "Tensor(shape={:?}, dtype={}, data=[",
+            self.shape(),
+            self.dtype
+        )?;
+        for (i, v) in values.iter().take(SHOWN).enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            if self.dtype == DType::Bool {
+                write!(f, "{}", *v != 0.0)?;
+            } else {
+                write!(f, "{v}")?;
+            }
+        }
+        if values.len() > SHOWN {
+            write!(f, ", ... ({} in all)", values.len())?;
+        }
+        f.write_str("])")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constructors_fill_and_check_counts() {
+        let t = Tensor::full(&[2, 3], 1.5f64);
+        assert_eq!(t.as_slice::<f64>().unwrap(), &[1.5; 6]);
+        assert_eq!(Tensor::scalar(7i64).shape(), &[] as &[usize]);
+        assert_eq!(Tensor::scalar(7i64).item::<i64>().unwrap(), 7);
+        let err = Tensor::from_vec(&[2, 2], vec![1u8, 2, 3]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "shape [2, 2] holds 4 elements but 3 were given"
+        );
+        assert!(matches!(
+            Tensor::try_zeros(DType::F64, &[usize::MAX, 2]),
+            Err(TensorDictError::ShapeTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn typed_access_with_the_wrong_type_is_an_error() {
+        let mut t = Tensor::zeros(DType::F32, &[3]);
+        let err = t.as_slice::<i32>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "dtype mismatch: the tensor holds f32 but was accessed as i32"
+        );
+        assert!(t.as_mut_slice::<f64>().is_err());
+        assert!(t.item::<f32>().is_err());
+    }
+
+    #[test]
+    fn clones_share_and_writes_copy() {
+        let a = Tensor::from_vec(&[3], vec![1i32, 2, 3]).unwrap();
+        let mut b = a.clone();
+        assert!(a.shares_storage(&b));
+        b.as_mut_slice::<i32>().unwrap()[1] = 20;
+        assert!(!a.shares_storage(&b));
+        assert_eq!(a.to_vec::<i32>().unwrap(), vec![1, 2, 3]);
+        assert_eq!(b.to_vec::<i32>().unwrap(), vec![1, 20, 3]);
+        // A unique owner writes in place.
+        let ptr = b.as_bytes().as_ptr();
+        b.as_mut_slice::<i32>().unwrap()[0] = 10;
+        assert_eq!(b.as_bytes().as_ptr(), ptr);
+    }
+
+    #[test]
+    fn a_row_view_written_copies_only_itself() {
+        let a = Tensor::from_vec(&[2, 2], vec![1u8, 2, 3, 4]).unwrap();
+        let mut row = a.index(1).unwrap();
+        row.as_mut_slice::<u8>().unwrap()[0] = 30;
+        assert_eq!(row.to_vec::<u8>().unwrap(), vec![30, 4]);
+        assert_eq!(a.to_vec::<u8>().unwrap(), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn unbind_index_and_stack() {
+        let a = Tensor::from_vec(&[3, 2], vec![0i64, 1, 2, 3, 4, 5]).unwrap();
+        let rows = a.unbind().unwrap();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[2].to_vec::<i64>().unwrap(), vec![4, 5]);
+        let restacked = Tensor::stack(&rows).unwrap();
+        assert!(restacked.shares_storage(&a));
+        assert_eq!(restacked, a);
+        // Out of order: copied, still right.
+        let shuffled = Tensor::stack(&[rows[1].clone(), rows[0].clone()]).unwrap();
+        assert!(!shuffled.shares_storage(&a));
+        assert_eq!(shuffled.to_vec::<i64>().unwrap(), vec![2, 3, 0, 1]);
+        assert!(matches!(
+            a.index(3),
+            Err(TensorDictError::IndexOutOfRange { index: 3, len: 3 })
+        ));
+        assert!(Tensor::scalar(1.0f32).unbind().is_err());
+        assert_eq!(Tensor::stack(&[]), Err(TensorDictError::EmptyStack));
+    }
+
+    #[test]
+    fn stack_errors_name_the_index_and_shapes() {
+        let a = Tensor::zeros(DType::F32, &[3]);
+        let b = Tensor::zeros(DType::F32, &[4]);
+        let c = Tensor::zeros(DType::F64, &[3]);
+        let err = Tensor::stack(&[a.clone(), a.clone(), b]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot stack: tensor 2 has shape [4] and dtype f32 but tensor 0 has shape [3] and dtype f32"
+        );
+        assert!(Tensor::stack(&[a, c]).is_err());
+    }
+
+    #[test]
+    fn reshape_is_a_view_and_checks_counts() {
+        let a = Tensor::from_vec(&[2, 3], vec![0u8; 6]).unwrap();
+        let r = a.reshape(&[3, 2]).unwrap();
+        assert!(r.shares_storage(&a));
+        assert_eq!(r.shape(), &[3, 2]);
+        assert!(a.reshape(&[4]).is_err());
+    }
+
+    #[test]
+    fn from_bytes_validates_bools_and_lengths() {
+        assert!(Tensor::from_bytes(DType::Bool, &[2], &[0, 1]).is_ok());
+        assert!(Tensor::from_bytes(DType::Bool, &[2], &[0, 3]).is_err());
+        assert!(Tensor::from_bytes(DType::I32, &[2], &[0; 7]).is_err());
+        let t = Tensor::from_bytes(DType::I16, &[1], &7i16.to_ne_bytes()).unwrap();
+        assert_eq!(t.item::<i16>().unwrap(), 7);
+    }
+
+    #[test]
+    fn copy_from_checks_shape_and_dtype() {
+        let mut dst = Tensor::zeros(DType::F32, &[2]);
+        dst.copy_from(&Tensor::from_vec(&[2], vec![1.0f32, 2.0]).unwrap())
+            .unwrap();
+        assert_eq!(dst.to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+        assert!(dst.copy_from(&Tensor::zeros(DType::F32, &[3])).is_err());
+    }
+
+    #[test]
+    fn zero_sized_tensors_work() {
+        let t = Tensor::zeros(DType::F32, &[0, 3]);
+        assert_eq!(t.numel(), 0);
+        assert!(t.unbind().unwrap().is_empty());
+        let s = Tensor::stack(&[
+            Tensor::zeros(DType::U8, &[0]),
+            Tensor::zeros(DType::U8, &[0]),
+        ])
+        .unwrap();
+        assert_eq!(s.shape(), &[2, 0]);
+    }
+}

@@ -1,0 +1,116 @@
+//! Developer commands for the rlpool workspace (the cargo-xtask pattern).
+//!
+//! `cargo xtask test-all` runs every check we have: formatting, clippy with
+//! warnings denied, and the whole test suite (unit, integration and doc
+//! tests). `cargo xtask bench` runs the benchmarks. The binary needs nothing
+//! but cargo and rustc: it finds the workspace root from its own manifest
+//! directory and runs cargo through `$CARGO`.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  test-all   cargo fmt --check, cargo clippy (warnings denied), cargo test --workspace
+  bench      run the benchmarks (divan) of every crate that has some;
+             extra arguments are passed to the benchmark binaries
+  help       print this message";
+
+fn main() -> ExitCode {
+    let mut args = env::args().skip(1);
+    let command = args.next();
+    let rest: Vec<String> = args.collect();
+    let result = match command.as_deref() {
+        Some("test-all") => test_all(),
+        Some("bench") => bench(&rest),
+        Some("help") | Some("--help") | Some("-h") | None => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown command `{other}`\n\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root: the parent of this crate's manifest directory.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+/// The cargo that runs us (`$CARGO`), or `cargo` from the path.
+fn cargo() -> Command {
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command.current_dir(root());
+    command
+}
+
+/// Runs one step, printing its name and duration; an error names the step.
+fn step(name: &str, mut command: Command) -> Result<(), String> {
+    println!("xtask: == {name}");
+    let start = Instant::now();
+    let status = command
+        .status()
+        .map_err(|err| format!("{name}: could not start cargo: {err}"))?;
+    println!(
+        "xtask: == {name}: {} in {:.1}s",
+        if status.success() { "ok" } else { "FAILED" },
+        start.elapsed().as_secs_f64()
+    );
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{name} failed ({status})"))
+    }
+}
+
+fn test_all() -> Result<(), String> {
+    let mut fmt = cargo();
+    fmt.args(["fmt", "--all", "--check"]);
+    step("cargo fmt --check", fmt)?;
+
+    let mut clippy = cargo();
+    clippy.args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    step("cargo clippy", clippy)?;
+
+    let mut test = cargo();
+    test.args(["test", "--workspace"]);
+    step("cargo test --workspace", test)?;
+
+    // Benchmarks are compiled by clippy --all-targets; run them once, briefly,
+    // in test mode so a broken benchmark fails here and not only under
+    // `cargo xtask bench`.
+    let mut bench_smoke = cargo();
+    bench_smoke.args(["test", "--workspace", "--benches"]);
+    step("benchmarks in test mode", bench_smoke)?;
+    Ok(())
+}
+
+fn bench(extra: &[String]) -> Result<(), String> {
+    let mut bench = cargo();
+    bench.args(["bench", "--workspace"]);
+    if !extra.is_empty() {
+        bench.arg("--").args(extra);
+    }
+    step("cargo bench", bench)
+}
