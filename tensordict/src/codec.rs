@@ -116,6 +116,11 @@ pub enum DecodeError {
 }
 
 /// Encodes a tensordict into a new buffer.
+///
+/// A tensordict nested deeper than 64 levels (sub-dicts and non-tensor
+/// stacks counted together) encodes, but [`decode`] refuses it with
+/// [`DecodeError::TooDeep`]: the decoder bounds its recursion so that
+/// hostile input cannot overflow its stack.
 pub fn encode(td: &TensorDict) -> Vec<u8> {
     let mut out = Vec::new();
     encode_into(td, &mut out);
@@ -123,7 +128,7 @@ pub fn encode(td: &TensorDict) -> Vec<u8> {
 }
 
 /// Encodes a tensordict, appending to `out` (reuse a buffer to avoid
-/// allocating per message).
+/// allocating per message). The nesting limit of [`encode`] applies.
 pub fn encode_into(td: &TensorDict, out: &mut Vec<u8>) {
     out.extend_from_slice(MAGIC);
     out.push(VERSION);

@@ -32,17 +32,28 @@ pub enum NonTensor {
 
 impl NonTensor {
     /// The shape: `[]` for a single value; for a stack, its length followed
-    /// by the shape its elements share (if they all share one).
+    /// by the leading dims its elements share (the longest common prefix of
+    /// their shapes, so a stack of ragged lists has shape `[len]`).
     pub fn shape(&self) -> Shape {
         match self {
             NonTensor::Stack(items) => {
                 let mut shape = Shape::new();
                 shape.push(items.len());
                 if let Some((first, rest)) = items.split_first() {
-                    let inner = first.shape();
-                    if rest.iter().all(|item| item.shape() == inner) {
-                        shape.extend_from_slice(&inner);
+                    let mut common = first.shape();
+                    for item in rest {
+                        if common.is_empty() {
+                            break;
+                        }
+                        let other = item.shape();
+                        let same = common
+                            .iter()
+                            .zip(&other)
+                            .take_while(|(a, b)| a == b)
+                            .count();
+                        common.truncate(same);
                     }
+                    shape.extend_from_slice(&common);
                 }
                 shape
             }
@@ -162,6 +173,8 @@ mod tests {
         assert_eq!(nested.shape().as_slice(), &[3, 2]);
         let ragged = NonTensor::from(vec![vec![1i64], vec![3, 4]]);
         assert_eq!(ragged.shape().as_slice(), &[2]);
+        let partly = NonTensor::from(vec![vec![vec![1i64], vec![2]], vec![vec![3, 4], vec![5]]]);
+        assert_eq!(partly.shape().as_slice(), &[2, 2]);
         assert_eq!(nested.to_string(), "[[1, 2], [3, 4], [5, 6]]");
         assert_eq!(NonTensor::Int(3).index(0), None);
     }

@@ -382,6 +382,9 @@ impl Tensor {
         let mut shape = Shape::with_capacity(first.ndim() + 1);
         shape.push(tensors.len());
         shape.extend_from_slice(&first.shape);
+        // Checked even when nothing is copied: a zero-sized row can make a
+        // shape whose element count overflows.
+        Tensor::nbytes_of(first.dtype, &shape)?;
         let row = first.nbytes();
         let side_by_side = tensors.iter().enumerate().all(|(i, t)| {
             Arc::ptr_eq(&t.storage, &first.storage) && t.offset == first.offset + i * row
