@@ -9,12 +9,13 @@
 //! - [`envs`]: the `Env` trait, the registry and the reference environments.
 //!
 //! ```
-//! use pool::envs::{Env, Kwargs, Registry};
+//! use pool::envs::{self, Env, Kwargs, Policy};
+//! use rand::SeedableRng;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut env = Registry::global().make("CartPole-v1", &Kwargs::new())?;
-//! env.seed(0);
-//! let rollout = env.rollout(10, None, true)?;
+//! let mut env = envs::make("CartPole-v1", &Kwargs::new().with("seed", 0))?;
+//! let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+//! let rollout = env.rollout(10, Policy::Random(&mut rng), true)?;
 //! assert!(rollout.batch_size()[0] <= 10);
 //! # Ok(()) }
 //! ```

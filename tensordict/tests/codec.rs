@@ -326,7 +326,6 @@ fn sub_dicts_nested_past_the_limit_are_refused() {
 }
 
 #[test]
-#[test]
 fn nesting_round_trips_up_to_the_documented_limit_and_is_refused_beyond() {
     // `encode` documents that nesting deeper than 64 levels (sub-dicts and
     // non-tensor stacks together) does not decode: the decoder refuses it

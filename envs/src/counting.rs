@@ -1,0 +1,162 @@
+//! `CountingEnv`: TorchRL's counting test env; the observation counts the
+//! increments it is sent.
+
+use specs::TensorSpec;
+use tensordict::{DType, TensorDict};
+
+use crate::cartpole::write_flags;
+use crate::env::scalar_action;
+use crate::{Env, EnvError, EnvSpecs, Kwargs};
+
+/// The registry name.
+pub(crate) const NAME: &str = "CountingEnv";
+
+/// A counter, as TorchRL's `CountingEnv`: the observation (`i32`, shape
+/// `[1]`) starts at `start_val` and each step adds the action (an `i64` of
+/// shape `[1]`, a 0/1 increment in its spec; any integer is accepted). Done
+/// (and terminated) once the count is greater than `max_steps`; the reward
+/// is 1 per step. Useful to check that no result is lost or duplicated.
+///
+/// ```
+/// use envs::{CountingEnv, Env};
+/// use tensordict::Tensor;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut env = CountingEnv::new(0, 2);
+/// let mut td = env.reset(None)?;
+/// for count in 1..=3 {
+///     td.set("action", Tensor::from_vec(&[1], vec![1i64])?)?;
+///     let out = env.step(td)?;
+///     assert_eq!(out.tensor(("next", "observation"))?.to_vec::<i32>()?, vec![count]);
+///     assert_eq!(out.tensor(("next", "done"))?.to_vec::<bool>()?, vec![count > 2]);
+///     td = env.step_mdp(&out)?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct CountingEnv {
+    count: i32,
+    start_val: i32,
+    max_steps: i32,
+    specs: EnvSpecs,
+}
+
+impl CountingEnv {
+    /// A counter that starts at `start_val` and is done past `max_steps`.
+    pub fn new(start_val: i32, max_steps: i32) -> CountingEnv {
+        let action = TensorSpec::binary(&[1], DType::I64).expect("valid");
+        let observation = TensorSpec::unbounded(&[1], DType::I32);
+        CountingEnv {
+            count: start_val,
+            start_val,
+            max_steps,
+            specs: EnvSpecs::standard(action, observation).expect("standard specs are valid"),
+        }
+    }
+
+    /// The registry constructor: keywords `start_val` (default 0) and
+    /// `max_steps` (default 5).
+    pub fn from_kwargs(kwargs: &Kwargs) -> Result<CountingEnv, EnvError> {
+        let reader = kwargs.reader(NAME, &["start_val", "max_steps"]);
+        let to_i32 = |key: &str, v: i64| {
+            i32::try_from(v).map_err(|_| reader.invalid(key, format!("{v} does not fit in i32")))
+        };
+        let start_val = to_i32("start_val", reader.int("start_val", Some(0))?)?;
+        let max_steps = to_i32("max_steps", reader.int("max_steps", Some(5))?)?;
+        reader.finish()?;
+        Ok(CountingEnv::new(start_val, max_steps))
+    }
+
+    /// The current count.
+    pub fn count(&self) -> i32 {
+        self.count
+    }
+}
+
+impl Env for CountingEnv {
+    fn specs(&self) -> &EnvSpecs {
+        &self.specs
+    }
+
+    fn set_seed(&mut self, _seed: u64) {}
+
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn reset_into(
+        &mut self,
+        _input: Option<&TensorDict>,
+        out: &mut TensorDict,
+    ) -> Result<(), EnvError> {
+        self.count = self.start_val;
+        out.tensor_mut("observation")?.as_mut_slice::<i32>()?[0] = self.count;
+        write_flags(out, false, false)
+    }
+
+    fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
+        let action = scalar_action::<i64>(NAME, input, "action")?;
+        self.count = i32::try_from(action)
+            .ok()
+            .and_then(|a| self.count.checked_add(a))
+            .ok_or_else(|| EnvError::InvalidAction {
+                env: NAME.into(),
+                reason: format!("adding {action} to the count {} overflows i32", self.count),
+            })?;
+        let done = self.count > self.max_steps;
+        next.tensor_mut("observation")?.as_mut_slice::<i32>()?[0] = self.count;
+        next.tensor_mut("reward")?.as_mut_slice::<f32>()?[0] = 1.0;
+        write_flags(next, done, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tensordict::Tensor;
+
+    #[test]
+    fn counts_and_resets() {
+        let mut env =
+            CountingEnv::from_kwargs(&Kwargs::new().with("start_val", 3).with("max_steps", 4))
+                .unwrap();
+        let mut td = env.reset(None).unwrap();
+        assert_eq!(
+            td.tensor("observation").unwrap().to_vec::<i32>().unwrap(),
+            vec![3]
+        );
+        td.set("action", Tensor::from_vec(&[1], vec![2i64]).unwrap())
+            .unwrap();
+        let (out, root) = env.step_and_maybe_reset(td).unwrap();
+        assert_eq!(
+            out.tensor(("next", "observation"))
+                .unwrap()
+                .to_vec::<i32>()
+                .unwrap(),
+            vec![5]
+        );
+        // Done, so the next root was reset.
+        assert_eq!(
+            root.tensor("observation").unwrap().to_vec::<i32>().unwrap(),
+            vec![3]
+        );
+        assert_eq!(
+            root.tensor("done").unwrap().to_vec::<bool>().unwrap(),
+            vec![false]
+        );
+    }
+
+    #[test]
+    fn overflow_and_bad_kwargs_are_errors() {
+        let mut env = CountingEnv::new(i32::MAX, 10);
+        let mut td = env.reset(None).unwrap();
+        td.set("action", Tensor::from_vec(&[1], vec![1i64]).unwrap())
+            .unwrap();
+        assert!(env
+            .step(td)
+            .unwrap_err()
+            .to_string()
+            .contains("overflows i32"));
+        let err = CountingEnv::from_kwargs(&Kwargs::new().with("max_steps", i64::MAX)).unwrap_err();
+        assert!(err.to_string().contains("does not fit in i32"));
+    }
+}

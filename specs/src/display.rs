@@ -1,0 +1,280 @@
+//! `Display` for specs: one line per leaf (`bounded(shape=[1], dtype=f32,
+//! low=-2, high=2)`), TorchRL-like nested blocks for composites.
+
+use std::fmt::{self, Write as _};
+
+use tensordict::Tensor;
+
+use crate::elements::{all_equal, element_strings};
+use crate::{Composite, StackedSpec, TensorSpec};
+
+/// How many bound elements are shown before `...`.
+const SHOWN_BOUNDS: usize = 6;
+
+/// A bound tensor: one number if every element is equal, else a list (cut
+/// after [`SHOWN_BOUNDS`] elements).
+fn write_bound(out: &mut String, bound: &Tensor) {
+    let (values, more) = element_strings(bound, SHOWN_BOUNDS);
+    if values.len() == 1 || (!values.is_empty() && all_equal(bound)) {
+        out.push_str(&values[0]);
+        return;
+    }
+    out.push('[');
+    out.push_str(&values.join(", "));
+    if more {
+        let _ = write!(out, ", ... ({} in all)", bound.numel());
+    }
+    out.push(']');
+}
+
+fn write_spec(out: &mut String, spec: &TensorSpec, indent: usize) {
+    match spec {
+        TensorSpec::Unbounded(s) => {
+            let _ = write!(out, "unbounded(shape={:?}, dtype={})", s.shape(), s.dtype());
+        }
+        TensorSpec::Bounded(s) => {
+            let _ = write!(
+                out,
+                "bounded(shape={:?}, dtype={}, low=",
+                s.shape(),
+                s.dtype()
+            );
+            write_bound(out, s.low());
+            out.push_str(", high=");
+            write_bound(out, s.high());
+            out.push(')');
+        }
+        TensorSpec::Categorical(s) => {
+            let _ = write!(
+                out,
+                "categorical(shape={:?}, dtype={}, n={})",
+                s.shape(),
+                s.dtype(),
+                s.n()
+            );
+        }
+        TensorSpec::OneHot(s) => {
+            let _ = write!(
+                out,
+                "one_hot(shape={:?}, dtype={}, n={})",
+                s.shape(),
+                s.dtype(),
+                s.n()
+            );
+        }
+        TensorSpec::Binary(s) => {
+            let _ = write!(out, "binary(shape={:?}, dtype={})", s.shape(), s.dtype());
+        }
+        TensorSpec::MultiCategorical(s) => {
+            let _ = write!(
+                out,
+                "multi_categorical(shape={:?}, dtype={}, nvec={:?})",
+                s.shape(),
+                s.dtype(),
+                s.nvec()
+            );
+        }
+        TensorSpec::NonTensor(s) => {
+            let _ = write!(out, "non_tensor(shape={:?})", s.shape());
+        }
+        TensorSpec::Composite(c) => write_composite(out, c, indent),
+        TensorSpec::Stacked(s) => write_stacked(out, s, indent),
+    }
+}
+
+/// `Composite(` then one `key: spec,` line per entry, then `shape=[..])`.
+fn write_composite(out: &mut String, composite: &Composite, indent: usize) {
+    if composite.is_empty() {
+        let _ = write!(out, "Composite(shape={:?})", composite.shape());
+        return;
+    }
+    let pad = " ".repeat(indent + 4);
+    out.push_str("Composite(\n");
+    for (name, spec) in composite.iter() {
+        let _ = write!(out, "{pad}{name}: ");
+        write_spec(out, spec, indent + 4);
+        out.push_str(",\n");
+    }
+    let _ = write!(out, "{pad}shape={:?})", composite.shape());
+}
+
+/// One line if every part fits on one, else a block with a line per part.
+fn write_stacked(out: &mut String, stacked: &StackedSpec, indent: usize) {
+    let parts: Vec<String> = stacked
+        .parts()
+        .iter()
+        .map(|part| {
+            let mut s = String::new();
+            write_spec(&mut s, part, indent + 4);
+            s
+        })
+        .collect();
+    let shape = stacked.shape();
+    if parts.iter().all(|p| !p.contains('\n')) {
+        let _ = write!(
+            out,
+            "stacked(shape={:?}, parts=[{}])",
+            shape.as_slice(),
+            parts.join(", ")
+        );
+        return;
+    }
+    let pad = " ".repeat(indent + 4);
+    out.push_str("stacked(\n");
+    for (i, part) in parts.iter().enumerate() {
+        let _ = writeln!(out, "{pad}{i}: {part},");
+    }
+    let _ = write!(out, "{pad}shape={:?})", shape.as_slice());
+}
+
+/// Compact: one line per leaf, e.g. `bounded(shape=[1], dtype=f32, low=-2,
+/// high=2)` or `categorical(shape=[], dtype=i64, n=2)`; a composite as a
+/// nested block in TorchRL's style.
+impl fmt::Display for TensorSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = String::new();
+        write_spec(&mut out, self, 0);
+        f.write_str(&out)
+    }
+}
+
+/// A nested block in TorchRL's style: one `key: spec` line per entry, then
+/// the shape.
+impl fmt::Display for Composite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = String::new();
+        write_composite(&mut out, self, 0);
+        f.write_str(&out)
+    }
+}
+
+/// `stacked(shape=[..], parts=[..])`, or a block when a part spans lines.
+impl fmt::Display for StackedSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = String::new();
+        write_stacked(&mut out, self, 0);
+        f.write_str(&out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tensordict::DType;
+
+    use super::*;
+
+    #[test]
+    fn leaves_are_one_line() {
+        let cases = [
+            (
+                TensorSpec::unbounded(&[3], DType::F32),
+                "unbounded(shape=[3], dtype=f32)",
+            ),
+            (
+                TensorSpec::bounded(&[1], DType::F32, -2.0, 2.0).unwrap(),
+                "bounded(shape=[1], dtype=f32, low=-2, high=2)",
+            ),
+            (
+                TensorSpec::categorical(&[], DType::I64, 2).unwrap(),
+                "categorical(shape=[], dtype=i64, n=2)",
+            ),
+            (
+                TensorSpec::one_hot(&[2], DType::Bool).unwrap(),
+                "one_hot(shape=[2], dtype=bool, n=2)",
+            ),
+            (
+                TensorSpec::binary(&[3], DType::U8).unwrap(),
+                "binary(shape=[3], dtype=u8)",
+            ),
+            (
+                TensorSpec::multi_categorical(&[2], DType::I64, vec![2, 3]).unwrap(),
+                "multi_categorical(shape=[2], dtype=i64, nvec=[2, 3])",
+            ),
+            (TensorSpec::non_tensor(&[]), "non_tensor(shape=[])"),
+            (
+                TensorSpec::bounded(&[0], DType::F64, 0.0, 1.0).unwrap(),
+                "bounded(shape=[0], dtype=f64, low=[], high=[])",
+            ),
+            (
+                TensorSpec::bounded(&[], DType::F64, f64::NEG_INFINITY, 0.5).unwrap(),
+                "bounded(shape=[], dtype=f64, low=-inf, high=0.5)",
+            ),
+        ];
+        for (spec, shown) in cases {
+            assert_eq!(spec.to_string(), shown);
+        }
+    }
+
+    #[test]
+    fn per_element_bounds_are_listed() {
+        let low = Tensor::from_vec(&[8], (0..8).map(|i| i as f32).collect()).unwrap();
+        let high = Tensor::full(&[8], 10.0f32);
+        let spec = TensorSpec::bounded_tensors(low, high).unwrap();
+        assert_eq!(
+            spec.to_string(),
+            "bounded(shape=[8], dtype=f32, low=[0, 1, 2, 3, 4, 5, ... (8 in all)], high=10)"
+        );
+        let low = Tensor::from_vec(&[2], vec![-1i32, 0]).unwrap();
+        let high = Tensor::from_vec(&[2], vec![1i32, 1]).unwrap();
+        let spec = TensorSpec::bounded_tensors(low, high).unwrap();
+        assert_eq!(
+            spec.to_string(),
+            "bounded(shape=[2], dtype=i32, low=[-1, 0], high=1)"
+        );
+    }
+
+    #[test]
+    fn composites_are_nested_blocks() {
+        let spec = Composite::new(&[])
+            .with(
+                "action",
+                TensorSpec::bounded(&[1], DType::F32, -2.0, 2.0).unwrap(),
+            )
+            .unwrap()
+            .with(
+                ("next", "done"),
+                TensorSpec::categorical(&[1], DType::Bool, 2).unwrap(),
+            )
+            .unwrap()
+            .with("info", Composite::new(&[]).into())
+            .unwrap();
+        let expected = "Composite(
+    action: bounded(shape=[1], dtype=f32, low=-2, high=2),
+    info: Composite(shape=[]),
+    next: Composite(
+        done: categorical(shape=[1], dtype=bool, n=2),
+        shape=[]),
+    shape=[])";
+        assert_eq!(spec.to_string(), expected);
+        assert_eq!(TensorSpec::Composite(spec).to_string(), expected);
+    }
+
+    #[test]
+    fn stacks_are_one_line_unless_a_part_spans_lines() {
+        let stacked = TensorSpec::lazy_stack(vec![
+            TensorSpec::unbounded(&[4], DType::F32),
+            TensorSpec::unbounded(&[3], DType::F32),
+        ])
+        .unwrap();
+        assert_eq!(
+            stacked.to_string(),
+            "stacked(shape=[2], parts=[unbounded(shape=[4], dtype=f32), unbounded(shape=[3], dtype=f32)])"
+        );
+        assert_eq!(
+            stacked.as_stacked().unwrap().to_string(),
+            stacked.to_string()
+        );
+        let a = Composite::new(&[])
+            .with("x", TensorSpec::unbounded(&[], DType::F32))
+            .unwrap();
+        let b = Composite::new(&[]);
+        let stacked = TensorSpec::lazy_stack(vec![a.into(), b.into()]).unwrap();
+        let expected = "stacked(
+    0: Composite(
+        x: unbounded(shape=[], dtype=f32),
+        shape=[]),
+    1: Composite(shape=[]),
+    shape=[2])";
+        assert_eq!(stacked.to_string(), expected);
+    }
+}

@@ -1,0 +1,302 @@
+//! `SpecError`, the failures of specs, and `Mismatch`, why a value is not
+//! contained in a spec.
+
+use std::fmt;
+
+use tensordict::{DType, NestedKey, TensorDictError};
+
+/// A key as it appears in messages: `"action"`, `("next", "reward")`, or
+/// `<root>` for the empty key (the spec or value itself).
+pub(crate) struct KeyName<'a>(pub(crate) &'a NestedKey);
+
+impl fmt::Display for KeyName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("<root>")
+        } else {
+            fmt::Display::fmt(self.0, f)
+        }
+    }
+}
+
+/// Shorthand for [`KeyName`] in `#[error]` attributes.
+fn key_name(key: &NestedKey) -> KeyName<'_> {
+    KeyName(key)
+}
+
+/// What went wrong with a spec. Each message names the key (`<root>` for the
+/// spec itself), the env index, the shape or the dtype involved.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecError {
+    /// A spec that cannot be built: `low > high`, `n == 0`, a one-hot last
+    /// dim that is not `n`, an `nvec` whose length is not the last dim,
+    /// bounds of another shape or dtype, a dtype the kind does not allow.
+    #[error("invalid {kind} spec: {reason}")]
+    Invalid {
+        /// The kind of spec (`"bounded"`, `"categorical"`, ...).
+        kind: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A value that is not in the spec.
+    #[error("value at key {} {mismatch}", key_name(.key))]
+    NotContained {
+        /// The value's key (empty for a value checked on its own).
+        key: NestedKey,
+        /// Why it is not contained.
+        mismatch: Mismatch,
+    },
+    /// A key of the spec that the checked tensordict lacks.
+    #[error(
+        "key {} required by the spec is missing; keys present: [{}]",
+        key_name(.key),
+        .available.join(", ")
+    )]
+    MissingKey {
+        /// The missing key.
+        key: NestedKey,
+        /// The keys the tensordict has at the level where the key is missing.
+        available: Vec<String>,
+    },
+    /// Specs that cannot be stacked densely because env `index` differs from
+    /// env 0.
+    #[error("cannot stack specs densely: at key {}, env {index} {reason}", key_name(.key))]
+    StackMismatch {
+        /// The first key that differs (empty when the specs themselves are
+        /// leaves that differ).
+        key: NestedKey,
+        /// The first env that differs from env 0.
+        index: usize,
+        /// What differs, e.g. `has unbounded(shape=[3], dtype=f32) but env 0
+        /// has unbounded(shape=[4], dtype=f32)`.
+        reason: String,
+    },
+    /// Composite specs of different shapes (batch sizes) given to a lazy
+    /// stack.
+    #[error(
+        "cannot stack specs: env {index} has shape {found:?} but env 0 has shape {expected:?}"
+    )]
+    StackShape {
+        /// The first env whose shape differs.
+        index: usize,
+        /// The shape of env 0.
+        expected: Vec<usize>,
+        /// The shape of env `index`.
+        found: Vec<usize>,
+    },
+    /// Stacking no spec at all.
+    #[error("cannot stack an empty list of specs")]
+    EmptyStack,
+    /// An index past the end of dimension 0.
+    #[error(
+        "index {index} is out of range for dimension 0 of size {len} (spec at key {})",
+        key_name(.key)
+    )]
+    IndexOutOfRange {
+        /// The key of the spec indexed (empty for the spec itself).
+        key: NestedKey,
+        /// The index.
+        index: usize,
+        /// The size of dimension 0.
+        len: usize,
+    },
+    /// Indexing a spec that has no dimension 0 to index, or whose dimension
+    /// 0 is the one-hot (or `nvec`) dimension.
+    #[error("cannot index the spec at key {} along dimension 0: {reason}", key_name(.key))]
+    NotIndexable {
+        /// The key of the spec (empty for the spec itself).
+        key: NestedKey,
+        /// Why not.
+        reason: String,
+    },
+    /// A key that a composite spec does not have.
+    #[error("key {} not found; keys present: [{}]", key_name(.key), .available.join(", "))]
+    KeyNotFound {
+        /// The key asked for.
+        key: NestedKey,
+        /// The keys present at the level where the lookup failed.
+        available: Vec<String>,
+    },
+    /// A spec of another kind than the one needed (a leaf on the path of a
+    /// nested key, which needs composites).
+    #[error("spec at key {} is {found}, not {expected}", key_name(.key))]
+    WrongKind {
+        /// The key of the spec.
+        key: NestedKey,
+        /// The kind needed.
+        expected: &'static str,
+        /// The spec's kind.
+        found: &'static str,
+    },
+    /// An empty key, or a key with an empty part.
+    #[error("invalid key {}: keys are non-empty and no part is empty", key_name(.key))]
+    InvalidKey {
+        /// The key.
+        key: NestedKey,
+    },
+    /// A spec set into a composite whose shape its own shape does not start
+    /// with.
+    #[error(
+        "spec at key {} has shape {shape:?}, which does not start with the composite's shape {composite:?}",
+        key_name(.key)
+    )]
+    ShapePrefix {
+        /// The key.
+        key: NestedKey,
+        /// The spec's shape.
+        shape: Vec<usize>,
+        /// The composite's shape.
+        composite: Vec<usize>,
+    },
+    /// Sampling a lazily stacked spec whose parts' values differ in shape or
+    /// dtype: no single dense value holds them.
+    #[error("cannot make one value for the spec at key {}: {reason}", key_name(.key))]
+    Ragged {
+        /// The key of the stacked spec.
+        key: NestedKey,
+        /// What differs.
+        reason: String,
+    },
+    /// A tensor operation that failed (a shape too large to allocate).
+    #[error(transparent)]
+    Tensor(#[from] TensorDictError),
+}
+
+/// Why a value is not contained in a spec (the reason of
+/// [`SpecError::NotContained`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Mismatch {
+    /// A tensor, a non-tensor or a tensordict where the spec wants another
+    /// of these.
+    Entry {
+        /// What the spec wants (`"tensor"`, `"non-tensor"`, `"tensordict"`).
+        expected: &'static str,
+        /// What the value is.
+        found: &'static str,
+    },
+    /// A tensor of another dtype.
+    DType {
+        /// The spec's dtype.
+        expected: DType,
+        /// The value's dtype.
+        found: DType,
+    },
+    /// A value of another shape.
+    Shape {
+        /// The spec's shape.
+        expected: Vec<usize>,
+        /// The value's shape.
+        found: Vec<usize>,
+    },
+    /// A tensordict whose batch size is not the composite spec's shape.
+    BatchSize {
+        /// The spec's shape.
+        expected: Vec<usize>,
+        /// The tensordict's batch size.
+        found: Vec<usize>,
+    },
+    /// An element outside the spec's domain (bounds, `0..n`, 0/1). NaN is
+    /// outside every bounded domain.
+    OutOfBounds {
+        /// Row-major index of the element.
+        index: usize,
+        /// The element.
+        value: String,
+        /// The lowest value allowed at that index.
+        low: String,
+        /// The highest value allowed at that index.
+        high: String,
+    },
+    /// A value of a one-hot spec that is not one-hot.
+    NotOneHot {
+        /// What is wrong (which element or row).
+        reason: String,
+    },
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mismatch::Entry { expected, found } => {
+                write!(f, "is a {found} but the spec expects a {expected}")
+            }
+            Mismatch::DType { expected, found } => {
+                write!(f, "has dtype {found} but the spec has dtype {expected}")
+            }
+            Mismatch::Shape { expected, found } => {
+                write!(f, "has shape {found:?} but the spec has shape {expected:?}")
+            }
+            Mismatch::BatchSize { expected, found } => {
+                write!(
+                    f,
+                    "has batch size {found:?} but the spec has shape {expected:?}"
+                )
+            }
+            Mismatch::OutOfBounds {
+                index,
+                value,
+                low,
+                high,
+            } => write!(
+                f,
+                "is out of bounds: element {index} is {value}, outside [{low}, {high}]"
+            ),
+            Mismatch::NotOneHot { reason } => write!(f, "is not one-hot: {reason}"),
+        }
+    }
+}
+
+impl SpecError {
+    /// An [`SpecError::Invalid`] error.
+    pub(crate) fn invalid(kind: &'static str, reason: impl Into<String>) -> SpecError {
+        SpecError::Invalid {
+            kind,
+            reason: reason.into(),
+        }
+    }
+
+    /// A [`SpecError::NotContained`] error.
+    pub(crate) fn not_contained(key: &NestedKey, mismatch: Mismatch) -> SpecError {
+        SpecError::NotContained {
+            key: key.clone(),
+            mismatch,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_empty_key_reads_as_root() {
+        assert_eq!(KeyName(&NestedKey::default()).to_string(), "<root>");
+        assert_eq!(
+            KeyName(&NestedKey::from(("next", "reward"))).to_string(),
+            r#"("next", "reward")"#
+        );
+    }
+
+    #[test]
+    fn tensor_errors_pass_through() {
+        let err = SpecError::from(TensorDictError::EmptyStack);
+        assert_eq!(err.to_string(), "cannot stack an empty list");
+    }
+
+    #[test]
+    fn mismatches_read_as_sentences() {
+        let err = SpecError::not_contained(
+            &NestedKey::from("obs"),
+            Mismatch::Entry {
+                expected: "tensor",
+                found: "non-tensor",
+            },
+        );
+        assert_eq!(
+            err.to_string(),
+            r#"value at key "obs" is a non-tensor but the spec expects a tensor"#
+        );
+    }
+}
