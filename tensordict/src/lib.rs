@@ -41,6 +41,7 @@
 
 mod codec;
 mod dtype;
+mod entries;
 mod error;
 mod key;
 mod non_tensor;

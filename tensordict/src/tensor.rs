@@ -245,7 +245,7 @@ impl Tensor {
     /// The elements as a typed slice; an error if `T` is not the dtype.
     pub fn as_slice<T: Element>(&self) -> Result<&[T], TensorDictError> {
         self.check_dtype::<T>()?;
-        T::cast(self.as_bytes()).ok_or(TensorDictError::InvalidBytes {
+        T::cast(self.as_bytes()).ok_or_else(|| TensorDictError::InvalidBytes {
             dtype: self.dtype,
             reason: "storage is not a valid slice of this dtype".into(),
         })
@@ -256,7 +256,7 @@ impl Tensor {
     pub fn as_mut_slice<T: Element>(&mut self) -> Result<&mut [T], TensorDictError> {
         self.check_dtype::<T>()?;
         let dtype = self.dtype;
-        T::cast_mut(self.bytes_mut()).ok_or(TensorDictError::InvalidBytes {
+        T::cast_mut(self.bytes_mut()).ok_or_else(|| TensorDictError::InvalidBytes {
             dtype,
             reason: "storage is not a valid slice of this dtype".into(),
         })

@@ -1,10 +1,10 @@
 //! `TensorDict`: a map from nested keys to tensors, non-tensor values and
 //! sub-dicts that share one batch size.
 
-use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::ops::Deref;
 
+use crate::entries::Entries;
 use crate::{KeyLike, NestedKey, NonTensor, Shape, Tensor, TensorDictError};
 
 /// One entry of a [`TensorDict`].
@@ -152,7 +152,7 @@ impl Deref for TensorMut<'_> {
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct TensorDict {
     batch_size: Shape,
-    entries: BTreeMap<String, Entry>,
+    entries: Entries,
 }
 
 impl TensorDict {
@@ -160,7 +160,7 @@ impl TensorDict {
     pub fn new(batch_size: &[usize]) -> TensorDict {
         TensorDict {
             batch_size: batch_size.into(),
-            entries: BTreeMap::new(),
+            entries: Entries::default(),
         }
     }
 
@@ -227,8 +227,7 @@ impl TensorDict {
             let batch = node.batch_size.clone();
             let entry = node
                 .entries
-                .entry((*part).to_owned())
-                .or_insert_with(|| Entry::Dict(TensorDict::new(&batch)));
+                .get_or_insert_with(part, || Entry::Dict(TensorDict::new(&batch)));
             node = match entry {
                 Entry::Dict(d) => d,
                 other => {
@@ -252,9 +251,9 @@ impl TensorDict {
         let (leaf, path) = parts.split_last()?;
         let mut node = self;
         for part in path {
-            node = node.entries.get(*part)?.as_dict()?;
+            node = node.entries.get(part)?.as_dict()?;
         }
-        node.entries.get(*leaf)
+        node.entries.get(leaf)
     }
 
     fn get_or_err(&self, key: &impl KeyLike) -> Result<&Entry, TensorDictError> {
@@ -264,7 +263,7 @@ impl TensorDict {
             .ok_or_else(|| TensorDictError::InvalidKey { key: key.to_key() })?;
         let mut node = self;
         for (depth, part) in path.iter().enumerate() {
-            node = match node.entries.get(*part) {
+            node = match node.entries.get(part) {
                 Some(Entry::Dict(d)) => d,
                 Some(other) => {
                     return Err(TensorDictError::WrongKind {
@@ -276,7 +275,7 @@ impl TensorDict {
                 None => return Err(node.not_found(key)),
             };
         }
-        node.entries.get(*leaf).ok_or_else(|| node.not_found(key))
+        node.entries.get(leaf).ok_or_else(|| node.not_found(key))
     }
 
     /// The tensor at `key`; an error naming the key if it is missing or not
@@ -319,18 +318,45 @@ impl TensorDict {
     }
 
     fn get_mut_or_err(&mut self, key: &impl KeyLike) -> Result<&mut Entry, TensorDictError> {
-        // Look up immutably first for the error, then mutably.
-        self.get_or_err(key)?;
+        // Find the position at each level immutably (errors need `&self`),
+        // then walk down mutably by position: one lookup per level.
         let parts = key.key_parts();
-        let (leaf, path) = parts.split_last().expect("checked above");
+        let mut path: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
+        {
+            let mut node: &TensorDict = self;
+            for (depth, part) in parts.iter().enumerate() {
+                let Ok(i) = node.entries.position(part) else {
+                    return Err(self
+                        .get_or_err(key)
+                        .err()
+                        .unwrap_or_else(|| node.not_found(key)));
+                };
+                path.push(i);
+                if depth + 1 < parts.len() {
+                    node = match node.entries.at(i) {
+                        Entry::Dict(d) => d,
+                        _ => {
+                            return Err(self
+                                .get_or_err(key)
+                                .err()
+                                .unwrap_or_else(|| node.not_found(key)))
+                        }
+                    };
+                }
+            }
+        }
+        if path.is_empty() {
+            return Err(TensorDictError::InvalidKey { key: key.to_key() });
+        }
+        let (last, inner) = path.split_last().expect("non-empty");
         let mut node = self;
-        for part in path {
-            node = match node.entries.get_mut(*part) {
-                Some(Entry::Dict(d)) => d,
-                _ => unreachable!("checked above"),
+        for &i in inner {
+            node = match node.entries.at_mut(i) {
+                Entry::Dict(d) => d,
+                _ => unreachable!("a sub-dict on the path found above"),
             };
         }
-        Ok(node.entries.get_mut(*leaf).expect("checked above"))
+        Ok(node.entries.at_mut(*last))
     }
 
     /// Write access to the elements of the tensor at `key` (copy on write if
@@ -364,12 +390,12 @@ impl TensorDict {
         let (leaf, path) = parts.split_last()?;
         let mut node = self;
         for part in path {
-            node = match node.entries.get_mut(*part)? {
+            node = match node.entries.get_mut(part)? {
                 Entry::Dict(d) => d,
                 _ => return None,
             };
         }
-        node.entries.remove(*leaf)
+        node.entries.remove(leaf)
     }
 
     /// True if there is an entry at `key`.
@@ -451,8 +477,7 @@ impl TensorDict {
             let batch = src.batch_size.clone();
             node = match node
                 .entries
-                .entry((*part).to_owned())
-                .or_insert_with(|| Entry::Dict(TensorDict::new(&batch)))
+                .get_or_insert_with(part, || Entry::Dict(TensorDict::new(&batch)))
             {
                 Entry::Dict(d) => d,
                 _ => unreachable!("a sub-dict in `like`"),
@@ -521,7 +546,7 @@ impl TensorDict {
         self.entries.insert(name, entry);
     }
 
-    pub(crate) fn entries(&self) -> &BTreeMap<String, Entry> {
+    pub(crate) fn entries(&self) -> &Entries {
         &self.entries
     }
 }

@@ -15,7 +15,8 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  test-all   cargo fmt --check, cargo clippy (warnings denied), cargo test --workspace
+  test-all   cargo fmt --check, cargo clippy (warnings denied), cargo test --workspace,
+             cargo doc (warnings denied), the benchmarks once in test mode
   bench      run the benchmarks (divan) of every crate that has some;
              extra arguments are passed to the benchmark binaries
   help       print this message";
@@ -96,6 +97,12 @@ fn test_all() -> Result<(), String> {
     let mut test = cargo();
     test.args(["test", "--workspace"]);
     step("cargo test --workspace", test)?;
+
+    // Broken intra-doc links and malformed docs fail here.
+    let mut doc = cargo();
+    doc.args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    step("cargo doc (warnings denied)", doc)?;
 
     // Benchmarks are compiled by clippy --all-targets; run them once, briefly,
     // in test mode so a broken benchmark fails here and not only under

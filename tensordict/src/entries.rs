@@ -1,0 +1,164 @@
+//! `Entries`: the entries of one tensordict level, a vector sorted by key.
+//!
+//! A step's tensordict has a handful of keys, and the hot path looks them up
+//! several times per step. A sorted vector searched linearly (lengths first,
+//! so most misses cost no byte comparison) beats a tree map at that size;
+//! larger levels are binary searched.
+
+use std::ops::Index;
+
+use crate::Entry;
+
+/// Below this many entries, lookups scan linearly.
+const LINEAR_SCAN_MAX: usize = 16;
+
+/// Entries sorted by key, each key once.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub(crate) struct Entries(Vec<(String, Entry)>);
+
+impl Entries {
+    /// Where `key` is (`Ok`), or where it would be inserted (`Err`).
+    pub(crate) fn position(&self, key: &str) -> Result<usize, usize> {
+        if self.0.len() <= LINEAR_SCAN_MAX {
+            for (i, (k, _)) in self.0.iter().enumerate() {
+                if k.len() == key.len() && k == key {
+                    return Ok(i);
+                }
+            }
+            Err(self.0.partition_point(|(k, _)| k.as_str() < key))
+        } else {
+            self.0.binary_search_by(|(k, _)| k.as_str().cmp(key))
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Option<&Entry> {
+        self.position(key).ok().map(|i| &self.0[i].1)
+    }
+
+    pub(crate) fn get_mut(&mut self, key: &str) -> Option<&mut Entry> {
+        match self.position(key) {
+            Ok(i) => Some(&mut self.0[i].1),
+            Err(_) => None,
+        }
+    }
+
+    /// The entry at position `i` (from [`Entries::position`]).
+    pub(crate) fn at(&self, i: usize) -> &Entry {
+        &self.0[i].1
+    }
+
+    /// The entry at position `i`, writable.
+    pub(crate) fn at_mut(&mut self, i: usize) -> &mut Entry {
+        &mut self.0[i].1
+    }
+
+    /// Inserts or replaces; returns the replaced entry.
+    pub(crate) fn insert(&mut self, key: String, entry: Entry) -> Option<Entry> {
+        match self.position(&key) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, entry)),
+            Err(i) => {
+                self.0.insert(i, (key, entry));
+                None
+            }
+        }
+    }
+
+    /// The entry at `key`, inserted from `make` if absent.
+    pub(crate) fn get_or_insert_with(
+        &mut self,
+        key: &str,
+        make: impl FnOnce() -> Entry,
+    ) -> &mut Entry {
+        let i = match self.position(key) {
+            Ok(i) => i,
+            Err(i) => {
+                self.0.insert(i, (key.to_owned(), make()));
+                i
+            }
+        };
+        &mut self.0[i].1
+    }
+
+    pub(crate) fn remove(&mut self, key: &str) -> Option<Entry> {
+        self.position(key).ok().map(|i| self.0.remove(i).1)
+    }
+
+    /// Entries in key order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Entry)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    /// Keys in order.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &String> {
+        self.0.iter().map(|(k, _)| k)
+    }
+}
+
+impl Index<&str> for Entries {
+    type Output = Entry;
+    fn index(&self, key: &str) -> &Entry {
+        self.get(key).expect("key present")
+    }
+}
+
+impl Index<&String> for Entries {
+    type Output = Entry;
+    fn index(&self, key: &String) -> &Entry {
+        &self[key.as_str()]
+    }
+}
+
+impl<'a> IntoIterator for &'a Entries {
+    type Item = (&'a String, &'a Entry);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (String, Entry)>,
+        fn(&'a (String, Entry)) -> (&'a String, &'a Entry),
+    >;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{NonTensor, Tensor};
+
+    #[test]
+    fn sorted_insert_lookup_remove_small_and_large() {
+        for n in [3usize, 40] {
+            let mut entries = Entries::default();
+            for i in (0..n).rev() {
+                assert!(entries
+                    .insert(
+                        format!("k{i:03}"),
+                        Entry::NonTensor(NonTensor::Int(i as i64))
+                    )
+                    .is_none());
+            }
+            let keys: Vec<&String> = entries.keys().collect();
+            assert!(keys.windows(2).all(|w| w[0] < w[1]));
+            assert_eq!(
+                entries.get("k001"),
+                Some(&Entry::NonTensor(NonTensor::Int(1)))
+            );
+            assert!(entries.get("zz").is_none());
+            assert!(entries
+                .insert("k001".into(), Entry::Tensor(Tensor::scalar(1u8)))
+                .is_some());
+            assert_eq!(entries.len(), n);
+            assert!(entries.remove("k002").is_some());
+            assert!(entries.remove("k002").is_none());
+            entries.get_or_insert_with("a", || Entry::NonTensor(NonTensor::Int(-1)));
+            assert_eq!(entries.keys().next().map(String::as_str), Some("a"));
+        }
+    }
+}
