@@ -27,3 +27,9 @@ pub use envs;
 pub use specs;
 #[doc(inline)]
 pub use tensordict;
+
+/// The README's code blocks, compiled and run as doc tests so that the quick
+/// start never goes stale.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -6,28 +6,33 @@
 //! larger levels are binary searched.
 
 use std::ops::Index;
+use std::sync::Arc;
 
 use crate::Entry;
 
 /// Below this many entries, lookups scan linearly.
 const LINEAR_SCAN_MAX: usize = 16;
 
+/// A key at one level. Shared, so that cloning and indexing a tensordict
+/// copy no key bytes.
+pub(crate) type Name = Arc<str>;
+
 /// Entries sorted by key, each key once.
 #[derive(Clone, Debug, PartialEq, Default)]
-pub(crate) struct Entries(Vec<(String, Entry)>);
+pub(crate) struct Entries(Vec<(Name, Entry)>);
 
 impl Entries {
     /// Where `key` is (`Ok`), or where it would be inserted (`Err`).
     pub(crate) fn position(&self, key: &str) -> Result<usize, usize> {
         if self.0.len() <= LINEAR_SCAN_MAX {
             for (i, (k, _)) in self.0.iter().enumerate() {
-                if k.len() == key.len() && k == key {
+                if k.len() == key.len() && **k == *key {
                     return Ok(i);
                 }
             }
-            Err(self.0.partition_point(|(k, _)| k.as_str() < key))
+            Err(self.0.partition_point(|(k, _)| &**k < key))
         } else {
-            self.0.binary_search_by(|(k, _)| k.as_str().cmp(key))
+            self.0.binary_search_by(|(k, _)| (**k).cmp(key))
         }
     }
 
@@ -61,7 +66,7 @@ impl Entries {
     }
 
     /// Inserts or replaces; returns the replaced entry.
-    pub(crate) fn insert(&mut self, key: String, entry: Entry) -> Option<Entry> {
+    pub(crate) fn insert(&mut self, key: Name, entry: Entry) -> Option<Entry> {
         match self.position(&key) {
             Ok(i) => Some(std::mem::replace(&mut self.0[i].1, entry)),
             Err(i) => {
@@ -80,7 +85,7 @@ impl Entries {
         let i = match self.position(key) {
             Ok(i) => i,
             Err(i) => {
-                self.0.insert(i, (key.to_owned(), make()));
+                self.0.insert(i, (Name::from(key), make()));
                 i
             }
         };
@@ -91,13 +96,25 @@ impl Entries {
         self.position(key).ok().map(|i| self.0.remove(i).1)
     }
 
+    /// Appends an entry whose key sorts after every key present (for
+    /// building a level in order, as indexing does).
+    pub(crate) fn push_sorted(&mut self, key: Name, entry: Entry) {
+        debug_assert!(self.0.last().is_none_or(|(k, _)| *k < key));
+        self.0.push((key, entry));
+    }
+
+    /// An empty level with room for `n` entries.
+    pub(crate) fn with_capacity(n: usize) -> Entries {
+        Entries(Vec::with_capacity(n))
+    }
+
     /// Entries in key order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Entry)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Name, &Entry)> {
         self.0.iter().map(|(k, v)| (k, v))
     }
 
     /// Keys in order.
-    pub(crate) fn keys(&self) -> impl Iterator<Item = &String> {
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &Name> {
         self.0.iter().map(|(k, _)| k)
     }
 }
@@ -109,18 +126,18 @@ impl Index<&str> for Entries {
     }
 }
 
-impl Index<&String> for Entries {
+impl Index<&Name> for Entries {
     type Output = Entry;
-    fn index(&self, key: &String) -> &Entry {
-        &self[key.as_str()]
+    fn index(&self, key: &Name) -> &Entry {
+        &self[&**key]
     }
 }
 
 impl<'a> IntoIterator for &'a Entries {
-    type Item = (&'a String, &'a Entry);
+    type Item = (&'a Name, &'a Entry);
     type IntoIter = std::iter::Map<
-        std::slice::Iter<'a, (String, Entry)>,
-        fn(&'a (String, Entry)) -> (&'a String, &'a Entry),
+        std::slice::Iter<'a, (Name, Entry)>,
+        fn(&'a (Name, Entry)) -> (&'a Name, &'a Entry),
     >;
     fn into_iter(self) -> Self::IntoIter {
         self.0.iter().map(|(k, v)| (k, v))
@@ -139,12 +156,12 @@ mod tests {
             for i in (0..n).rev() {
                 assert!(entries
                     .insert(
-                        format!("k{i:03}"),
+                        format!("k{i:03}").into(),
                         Entry::NonTensor(NonTensor::Int(i as i64))
                     )
                     .is_none());
             }
-            let keys: Vec<&String> = entries.keys().collect();
+            let keys: Vec<&Name> = entries.keys().collect();
             assert!(keys.windows(2).all(|w| w[0] < w[1]));
             assert_eq!(
                 entries.get("k001"),
@@ -158,7 +175,7 @@ mod tests {
             assert!(entries.remove("k002").is_some());
             assert!(entries.remove("k002").is_none());
             entries.get_or_insert_with("a", || Entry::NonTensor(NonTensor::Int(-1)));
-            assert_eq!(entries.keys().next().map(String::as_str), Some("a"));
+            assert_eq!(entries.keys().next().map(|k| &**k), Some("a"));
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::fmt::{self, Write as _};
 use std::ops::Deref;
 
-use crate::entries::Entries;
+use crate::entries::{Entries, Name};
 use crate::{KeyLike, NestedKey, NonTensor, Shape, Tensor, TensorDictError};
 
 /// One entry of a [`TensorDict`].
@@ -181,11 +181,11 @@ impl TensorDict {
 
     /// The root entries, in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Entry)> {
-        self.entries.iter().map(|(k, v)| (k.as_str(), v))
+        self.entries.iter().map(|(k, v)| (&**k, v))
     }
 
     fn available(&self) -> Vec<String> {
-        self.entries.keys().cloned().collect()
+        self.entries.keys().map(|k| k.to_string()).collect()
     }
 
     fn not_found(&self, key: &impl KeyLike) -> TensorDictError {
@@ -241,7 +241,7 @@ impl TensorDict {
         }
         // A sub-dict's batch size may be longer than the root's.
         node.check_entry(&key, &value)?;
-        node.entries.insert((*leaf).to_owned(), value);
+        node.entries.insert(Name::from(*leaf), value);
         Ok(())
     }
 
@@ -483,7 +483,7 @@ impl TensorDict {
                 _ => unreachable!("a sub-dict in `like`"),
             };
         }
-        node.entries.insert((*leaf).to_owned(), entry);
+        node.entries.insert(Name::from(*leaf), entry);
         Ok(())
     }
 
@@ -525,9 +525,13 @@ impl TensorDict {
         if index >= len {
             return Err(TensorDictError::IndexOutOfRange { index, len });
         }
-        let mut out = TensorDict::new(&self.batch_size[1..]);
+        let mut out = TensorDict {
+            batch_size: self.batch_size[1..].into(),
+            entries: Entries::with_capacity(self.entries.len()),
+        };
         for (name, entry) in &self.entries {
-            out.entries.insert(name.clone(), entry.index(index)?);
+            out.entries
+                .push_sorted(Name::clone(name), entry.index(index)?);
         }
         Ok(out)
     }
@@ -542,7 +546,7 @@ impl TensorDict {
     }
 
     /// Inserts without checks; for crate code that built a valid entry.
-    pub(crate) fn insert_raw(&mut self, name: String, entry: Entry) {
+    pub(crate) fn insert_raw(&mut self, name: Name, entry: Entry) {
         self.entries.insert(name, entry);
     }
 
