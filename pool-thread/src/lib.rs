@@ -1,26 +1,58 @@
-//! The threading backend of rlpool.
+//! The threading backend of rlpool: envs stepped by a fixed set of worker
+//! threads that pull env tasks from a queue.
 //!
-//! This crate will run the pool's environments on a fixed set of worker
-//! threads that pull env tasks from a queue (an env is owned by one task at a
-//! time), publish results onto a completion queue, and wait by spinning
-//! briefly, then parking. It depends on `tensordict`, `specs` and `envs`, and
-//! knows nothing of processes or shared memory. It is not written yet: see the
-//! project's issue tracker ("The pool: `AsyncEnvPool` with the threading
-//! backend").
+//! Each env lives in a slot with buffers built once from its specs (its
+//! inputs, its `"next"` outputs, its reset root). A send copies an env's
+//! inputs into its slot and queues the env; a worker pulls a chunk of queued
+//! envs (about a `1 / (2 * workers)` share, so a batch is split in a few
+//! pulls), runs `reset_into` / `step_into` on each, catches any panic, and
+//! publishes the result in the slot; the owner waits for results (spinning
+//! briefly, then sleeping, always with an optional deadline) and takes them.
+//! Nothing is allocated per step for fixed-shape envs.
 //!
-//! What it will run: envs built by registry name with keyword arguments,
-//! stepped through `reset_into` / `step_into` on buffers built once.
+//! This crate sits above `envs` and knows nothing of processes or shared
+//! memory. The pool's semantics (busy envs, targets, `min_get`, ordering,
+//! stacking) live in the `pool` facade, which drives this backend.
 //!
 //! ```
 //! use envs::{Env, Kwargs};
-//! use tensordict::Tensor;
+//! use pool_thread::{EnvFactory, Op, ThreadBackend, ThreadOptions};
+//! use tensordict::{Tensor, TensorDict};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut env = envs::make("CountingEnv", &Kwargs::new().with("max_steps", 3))?;
-//! let mut root = env.reset(None)?;
-//! let mut next = env.step_template();
-//! root.set("action", Tensor::from_vec(&[1], vec![1i64])?)?;
-//! env.step_into(&root, &mut next)?;
-//! assert_eq!(next.tensor("observation")?.to_vec::<i32>()?, vec![1]);
+//! let factories: Vec<EnvFactory> = (0..4)
+//!     .map(|_| Box::new(|| envs::make("CountingEnv", &Kwargs::new())) as EnvFactory)
+//!     .collect();
+//! let backend = ThreadBackend::start(factories, &ThreadOptions::default())?;
+//!
+//! // One action per env, in the rows of a batch.
+//! let mut actions = TensorDict::new(&[4]);
+//! actions.set("action", Tensor::from_vec(&[4, 1], vec![1i64, 1, 1, 1])?)?;
+//! let jobs: Vec<(usize, Option<usize>)> = (0..4).map(|i| (i, Some(i))).collect();
+//! backend.send(Op::Reset, &jobs, None)?;
+//! for env in 0..4 {
+//!     while !backend.is_done(env) {
+//!         backend.wait(backend.generation(), None);
+//!     }
+//!     backend.take(env, |_| ())?;
+//! }
+//! backend.send(Op::Step, &jobs, Some(&actions))?;
+//! let mut counts = Vec::new();
+//! for env in 0..4 {
+//!     while !backend.is_done(env) {
+//!         backend.wait(backend.generation(), None);
+//!     }
+//!     counts.push(backend.take(env, |out| out.next.tensor("observation").unwrap().to_vec::<i32>().unwrap()[0])?);
+//! }
+//! assert_eq!(counts, vec![1, 1, 1, 1]);
+//! backend.shutdown();
 //! # Ok(()) }
 //! ```
 #![forbid(unsafe_code)]
+
+mod backend;
+mod error;
+mod queue;
+mod signal;
+
+pub use crate::backend::{EnvFactory, EnvOutput, Op, ThreadBackend, ThreadOptions};
+pub use crate::error::ThreadError;

@@ -1,25 +1,50 @@
 //! rlpool: an asynchronous pool of reinforcement-learning environments.
 //!
-//! This is the facade crate. It will hold `AsyncEnvPool`, the `Backend`
-//! enum and the builder; today it re-exports the layers below it so that a
-//! user can depend on this crate alone:
+//! A learner sends actions to some environments, goes on with its own work,
+//! and collects whichever results are ready: a full batch, the first `k`,
+//! all that is ready before a deadline, or one given environment. This is
+//! the facade crate: [`AsyncEnvPool`] with its [`Backend`] (worker threads
+//! today), and the layers below it re-exported so that a user can depend on
+//! this crate alone:
 //!
 //! - [`tensordict`]: the data model (tensors, tensordicts, stacking, codec);
 //! - [`specs`]: tensor specs and their stacking across envs;
 //! - [`envs`]: the `Env` trait, the registry and the reference environments.
 //!
 //! ```
-//! use pool::envs::{self, Env, Kwargs, Policy};
-//! use rand::SeedableRng;
+//! use std::time::Duration;
+//! use pool::{AsyncEnvPool, Recv, Target};
+//! use pool::envs::Kwargs;
+//! use pool::tensordict::{Tensor, TensorDict};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut env = envs::make("CartPole-v1", &Kwargs::new().with("seed", 0))?;
-//! let mut rng = rand::rngs::StdRng::seed_from_u64(0);
-//! let rollout = env.rollout(10, Policy::Random(&mut rng), true)?;
-//! assert!(rollout.batch_size()[0] <= 10);
+//! let pool = AsyncEnvPool::builder().registered_n("CartPole-v1", 8, Kwargs::new()).build()?;
+//! pool.reset(None)?;
+//!
+//! // Push every cart right, then collect the first 4 results to arrive.
+//! let mut actions = TensorDict::new(&[8]);
+//! actions.set("action", Tensor::full(&[8, 1], 1i64))?;
+//! pool.async_step_send(actions, Target::All)?;
+//! let first = pool.async_step_recv(Recv::new().min_get(4).max_get(4))?;
+//! assert_eq!(first.len(), 4);
+//! // ... and the rest, with a deadline.
+//! let rest = pool.async_step_recv(Recv::new().min_get(4).timeout(Duration::from_secs(5)))?;
+//! assert_eq!(rest.len(), 4);
 //! # Ok(()) }
 //! ```
 #![forbid(unsafe_code)]
+
+mod config;
+mod error;
+mod pool;
+mod pool_specs;
+mod target;
+
+pub use crate::config::{Backend, EnvMaker, ResolvedExchange, StackMode};
+pub use crate::error::PoolError;
+pub use crate::pool::{AsyncEnvPool, PoolBuilder};
+pub use crate::pool_specs::PoolSpecs;
+pub use crate::target::{Recv, Target};
 
 #[doc(inline)]
 pub use envs;
@@ -27,6 +52,9 @@ pub use envs;
 pub use specs;
 #[doc(inline)]
 pub use tensordict;
+
+#[doc(inline)]
+pub use pool_thread::ThreadError;
 
 /// The README's code blocks, compiled and run as doc tests so that the quick
 /// start never goes stale.

@@ -60,6 +60,12 @@ impl Entries {
         &self.0[i].1
     }
 
+    /// The key and entry at position `i`, the entry writable.
+    pub(crate) fn at_named_mut(&mut self, i: usize) -> (&str, &mut Entry) {
+        let (name, entry) = &mut self.0[i];
+        (name, entry)
+    }
+
     /// The entry at position `i`, writable.
     pub(crate) fn at_mut(&mut self, i: usize) -> &mut Entry {
         &mut self.0[i].1

@@ -45,6 +45,7 @@ mod entries;
 mod error;
 mod key;
 mod non_tensor;
+mod rows;
 mod stack;
 mod tensor;
 mod tensordict;

@@ -401,6 +401,15 @@ impl StackedTensorDict {
         self.len() == 0
     }
 
+    /// The dense tensordict: the dense variant as it is, the lazy one
+    /// stacked densely (an error naming the first key and index that differ).
+    pub fn into_dense(self) -> Result<TensorDict, TensorDictError> {
+        match self {
+            StackedTensorDict::Dense(td) => Ok(td),
+            StackedTensorDict::Lazy(lazy) => lazy.to_dense(),
+        }
+    }
+
     /// True for the dense variant.
     pub fn is_dense(&self) -> bool {
         matches!(self, StackedTensorDict::Dense(_))

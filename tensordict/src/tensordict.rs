@@ -553,6 +553,10 @@ impl TensorDict {
     pub(crate) fn entries(&self) -> &Entries {
         &self.entries
     }
+
+    pub(crate) fn entries_mut(&mut self) -> &mut Entries {
+        &mut self.entries
+    }
 }
 
 fn write_shape(out: &mut String, shape: &[usize]) {

@@ -1,0 +1,903 @@
+//! `AsyncEnvPool`: the pool's public face. It owns the semantics (busy
+//! envs, targets, `min_get` / `max_get` / deadline, ordering, stacking,
+//! `env_index`) and drives a backend through a private dispatch enum.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use pool_thread::{Op, ThreadBackend, ThreadOptions};
+use tensordict::{Entry, NonTensor, StackedTensorDict, TensorDict};
+
+use crate::config::EnvMaker;
+use crate::{Backend, PoolError, PoolSpecs, Recv, ResolvedExchange, StackMode, Target};
+
+/// The backend a pool drives (private: backend internals never appear in
+/// the facade's API).
+#[derive(Debug)]
+enum Dispatch {
+    Threads(ThreadBackend),
+}
+
+/// Where an env is in its send / receive cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EnvState {
+    /// Nothing in flight: a send may address it.
+    Idle,
+    /// Sent; its result is not yet received. `per_env` results are taken by
+    /// per-env receives only.
+    InFlight { op: Op, per_env: bool },
+    /// Its result is being taken by a receive.
+    Taking,
+}
+
+/// The tensordict (and row) an env's input came from: the root of its
+/// step result.
+#[derive(Clone, Debug)]
+struct Sent {
+    td: Option<Arc<TensorDict>>,
+    row: Option<usize>,
+}
+
+#[derive(Debug)]
+struct Book {
+    states: Vec<EnvState>,
+    sent: Vec<Sent>,
+    shut_down: bool,
+}
+
+/// An asynchronous pool of environments, as TorchRL's `AsyncEnvPool`.
+///
+/// Send actions to some envs (`async_step_send`), go on with other work,
+/// and receive whichever results are ready (`async_step_recv` with
+/// [`Recv`]: a full batch, the first `k`, all that is ready by a deadline),
+/// or one env's result (`async_step_recv_env`). Batches are sorted by env
+/// index and carry `"env_index"`. The synchronous `reset`, `step` and
+/// `step_and_maybe_reset` address every env.
+///
+/// The pool is `Send + Sync`: several threads may drive their own envs
+/// through per-env sends and receives at once.
+///
+/// ```
+/// use pool::{AsyncEnvPool, Recv, Target};
+/// use envs::Kwargs;
+/// use tensordict::Tensor;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let pool = AsyncEnvPool::builder().registered_n("CountingEnv", 4, Kwargs::new()).build()?;
+/// let root = pool.reset(None)?.into_dense()?;
+/// assert_eq!(root.batch_size(), &[4]);
+///
+/// // Step envs 1 and 3 only, then take their results as they come.
+/// let mut actions = tensordict::TensorDict::new(&[2]);
+/// actions.set("action", Tensor::from_vec(&[2, 1], vec![1i64, 1])?)?;
+/// pool.async_step_send(actions, Target::Envs(vec![1, 3]))?;
+/// let batch = pool.async_step_recv(Recv::new().min_get(2))?.into_dense()?;
+/// assert_eq!(batch.non_tensor("env_index")?.as_int_vec(), Some(vec![1, 3]));
+/// assert_eq!(batch.tensor(("next", "observation"))?.to_vec::<i32>()?, vec![1, 1]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct AsyncEnvPool {
+    backend: Dispatch,
+    stack: StackMode,
+    specs: PoolSpecs,
+    batch_size: Vec<usize>,
+    /// Per env: zeros shaped like its `"next"` result and its root result.
+    templates: Vec<(TensorDict, TensorDict)>,
+    book: Mutex<Book>,
+}
+
+/// Builds an [`AsyncEnvPool`].
+#[derive(Debug, Default)]
+pub struct PoolBuilder {
+    makers: Vec<EnvMaker>,
+    backend: Backend,
+    stack: StackMode,
+    error: Option<PoolError>,
+}
+
+impl PoolBuilder {
+    /// Adds one env built by `make` (threads only).
+    pub fn env<F>(mut self, make: F) -> PoolBuilder
+    where
+        F: FnOnce() -> Result<Box<dyn envs::Env>, envs::EnvError> + Send + 'static,
+    {
+        self.makers.push(EnvMaker::closure(make));
+        self
+    }
+
+    /// Adds one env made by an [`EnvMaker`].
+    pub fn maker(mut self, maker: EnvMaker) -> PoolBuilder {
+        self.makers.push(maker);
+        self
+    }
+
+    /// Adds `n` envs registered as `name`, all with `kwargs`.
+    pub fn registered_n(mut self, name: &str, n: usize, kwargs: envs::Kwargs) -> PoolBuilder {
+        for _ in 0..n {
+            self.makers.push(EnvMaker::registry(name, kwargs.clone()));
+        }
+        self
+    }
+
+    /// Adds `n` envs registered as `name`, env `i` with `kwargs[i]`; an
+    /// error at `build` if there are not `n` sets.
+    pub fn registered_each(
+        mut self,
+        name: &str,
+        n: usize,
+        kwargs: Vec<envs::Kwargs>,
+    ) -> PoolBuilder {
+        if kwargs.len() != n {
+            self.error.get_or_insert(PoolError::KwargsLength {
+                name: name.to_owned(),
+                expected: n,
+                found: kwargs.len(),
+            });
+            return self;
+        }
+        for k in kwargs {
+            self.makers.push(EnvMaker::registry(name, k));
+        }
+        self
+    }
+
+    /// Sets the backend (default: threads).
+    pub fn backend(mut self, backend: Backend) -> PoolBuilder {
+        self.backend = backend;
+        self
+    }
+
+    /// Sets the stack mode (default: dense).
+    pub fn stack(mut self, stack: StackMode) -> PoolBuilder {
+        self.stack = stack;
+        self
+    }
+
+    /// Builds the envs and starts the backend. An error if there is no env,
+    /// an env cannot be made, or the envs' specs cannot be stacked in the
+    /// chosen mode (the error names the key and env).
+    pub fn build(self) -> Result<AsyncEnvPool, PoolError> {
+        if let Some(err) = self.error {
+            return Err(err);
+        }
+        if self.makers.is_empty() {
+            return Err(PoolError::NoEnvs);
+        }
+        let backend = match self.backend {
+            Backend::Threading { threads } => {
+                let factories = self
+                    .makers
+                    .into_iter()
+                    .map(EnvMaker::into_factory)
+                    .collect();
+                Dispatch::Threads(ThreadBackend::start(factories, &ThreadOptions { threads })?)
+            }
+        };
+        let Dispatch::Threads(threads) = &backend;
+        let children = threads.env_specs();
+        let specs = PoolSpecs::new(children, self.stack)?;
+        let templates = (0..threads.num_envs())
+            .map(|i| threads.templates(i))
+            .collect();
+        let n = children.len();
+        let mut batch_size = vec![n];
+        batch_size.extend_from_slice(children[0].batch_size());
+        Ok(AsyncEnvPool {
+            backend,
+            stack: self.stack,
+            specs,
+            batch_size,
+            templates,
+            book: Mutex::new(Book {
+                states: vec![EnvState::Idle; n],
+                sent: vec![
+                    Sent {
+                        td: None,
+                        row: None
+                    };
+                    n
+                ],
+                shut_down: false,
+            }),
+        })
+    }
+}
+
+/// A batch receive's envs, taken from the backend (their state `Taking`).
+struct Taken {
+    envs: Vec<usize>,
+    sent: Vec<Sent>,
+}
+
+impl AsyncEnvPool {
+    /// A builder: add envs, choose the backend and stack mode, build.
+    pub fn builder() -> PoolBuilder {
+        PoolBuilder::default()
+    }
+
+    fn threads(&self) -> &ThreadBackend {
+        match &self.backend {
+            Dispatch::Threads(b) => b,
+        }
+    }
+
+    fn book(&self) -> MutexGuard<'_, Book> {
+        // The book is only changed by short, non-panicking sections.
+        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Number of envs.
+    pub fn num_envs(&self) -> usize {
+        self.templates.len()
+    }
+
+    /// `[num_envs, ..env batch size]`.
+    pub fn batch_size(&self) -> &[usize] {
+        &self.batch_size
+    }
+
+    /// The stack mode.
+    pub fn stack_mode(&self) -> StackMode {
+        self.stack
+    }
+
+    /// The envs' specs stacked along the env dim.
+    pub fn specs(&self) -> &PoolSpecs {
+        &self.specs
+    }
+
+    /// The stacked action specs.
+    pub fn full_action_spec(&self) -> &specs::TensorSpec {
+        self.specs.full_action_spec()
+    }
+
+    /// The stacked observation specs.
+    pub fn full_observation_spec(&self) -> &specs::TensorSpec {
+        self.specs.full_observation_spec()
+    }
+
+    /// The stacked reward specs.
+    pub fn full_reward_spec(&self) -> &specs::TensorSpec {
+        self.specs.full_reward_spec()
+    }
+
+    /// The stacked done specs.
+    pub fn full_done_spec(&self) -> &specs::TensorSpec {
+        self.specs.full_done_spec()
+    }
+
+    /// The stacked state specs, with `"env_index"`.
+    pub fn full_state_spec(&self) -> &specs::TensorSpec {
+        self.specs.full_state_spec()
+    }
+
+    /// The name of each env.
+    pub fn env_names(&self) -> &[String] {
+        self.threads().env_names()
+    }
+
+    /// The exchange in use: `Queue` for threads.
+    pub fn resolved_exchange(&self) -> ResolvedExchange {
+        match self.backend {
+            Dispatch::Threads(_) => ResolvedExchange::Queue,
+        }
+    }
+
+    /// The keys the shared-memory exchange carries: none for threads.
+    pub fn exchange_keys(&self) -> Vec<tensordict::NestedKey> {
+        Vec::new()
+    }
+
+    /// Exchange statistics (batches, items, fill ratio, latencies), by
+    /// name; empty for threads, which have no exchange. With `reset`, the
+    /// counters start again.
+    pub fn stats(&self, reset: bool) -> BTreeMap<String, f64> {
+        let _ = reset;
+        BTreeMap::new()
+    }
+
+    /// The envs addressed by `target`, each with its row of `td`.
+    fn resolve(
+        &self,
+        target: &Target,
+        td: Option<&TensorDict>,
+    ) -> Result<Vec<(usize, Option<usize>)>, PoolError> {
+        let n = self.num_envs();
+        let rows = |count: usize| -> Result<(), PoolError> {
+            match td {
+                Some(td) if td.batch_size().first() != Some(&count) => {
+                    Err(PoolError::TargetLength {
+                        targets: count,
+                        batch_size: td.batch_size().to_vec(),
+                    })
+                }
+                _ => Ok(()),
+            }
+        };
+        let envs: Vec<usize> = match target {
+            Target::All => {
+                rows(n)?;
+                (0..n).collect()
+            }
+            Target::Envs(envs) => {
+                rows(envs.len())?;
+                envs.clone()
+            }
+            Target::Env(env) => {
+                if *env >= n {
+                    return Err(PoolError::EnvOutOfRange {
+                        env: *env,
+                        num_envs: n,
+                    });
+                }
+                // One env's tensordict: its own batch size, or a leading 1.
+                let row = match td {
+                    Some(td) if td.batch_size() == &self.batch_size[1..] => None,
+                    Some(td) if td.batch_size().first() == Some(&1) => Some(0),
+                    Some(td) => {
+                        return Err(PoolError::TargetLength {
+                            targets: 1,
+                            batch_size: td.batch_size().to_vec(),
+                        })
+                    }
+                    None => None,
+                };
+                return Ok(vec![(*env, row)]);
+            }
+            Target::EnvIndex => {
+                let td = td.ok_or_else(|| PoolError::EnvIndex {
+                    reason: "no tensordict to read \"env_index\" from".into(),
+                })?;
+                let envs = env_index_of(td)?;
+                rows(envs.len())?;
+                envs
+            }
+        };
+        let mut seen = vec![false; n];
+        for &env in &envs {
+            if env >= n {
+                return Err(PoolError::EnvOutOfRange { env, num_envs: n });
+            }
+            if std::mem::replace(&mut seen[env], true) {
+                return Err(PoolError::DuplicateEnv { env });
+            }
+        }
+        Ok(envs
+            .into_iter()
+            .enumerate()
+            .map(|(row, env)| (env, Some(row)))
+            .collect())
+    }
+
+    fn send(&self, op: Op, td: Option<TensorDict>, target: Target) -> Result<(), PoolError> {
+        if op != Op::Reset && td.is_none() {
+            return Err(PoolError::MissingInput { op: op.name() });
+        }
+        let jobs = self.resolve(&target, td.as_ref())?;
+        let per_env = matches!(target, Target::Env(_));
+        // The root of each result: the sent tensordict without any "next".
+        let td = td.map(|td| {
+            Arc::new(if td.contains("next") {
+                td.exclude(["next"])
+            } else {
+                td
+            })
+        });
+        {
+            let mut book = self.book();
+            if book.shut_down {
+                return Err(PoolError::ShutDown);
+            }
+            let busy: Vec<usize> = jobs
+                .iter()
+                .map(|&(env, _)| env)
+                .filter(|&env| book.states[env] != EnvState::Idle)
+                .collect();
+            if !busy.is_empty() {
+                return Err(PoolError::Busy { envs: busy });
+            }
+            for &(env, row) in &jobs {
+                book.states[env] = EnvState::InFlight { op, per_env };
+                book.sent[env] = Sent {
+                    td: td.clone(),
+                    row,
+                };
+            }
+        }
+        if let Err(err) = self.threads().send(op, &jobs, td.as_deref()) {
+            let mut book = self.book();
+            for &(env, _) in &jobs {
+                book.states[env] = EnvState::Idle;
+                book.sent[env] = Sent {
+                    td: None,
+                    row: None,
+                };
+            }
+            return Err(err.into());
+        }
+        Ok(())
+    }
+
+    /// Waits for the results of a batch receive and marks them taken.
+    fn collect(&self, op: Op, recv: Recv) -> Result<Taken, PoolError> {
+        let start = Instant::now();
+        if recv.min_get < 1 {
+            return Err(PoolError::MinGet {
+                min_get: recv.min_get,
+            });
+        }
+        if let Some(max_get) = recv.max_get {
+            if max_get < recv.min_get {
+                return Err(PoolError::MaxGet {
+                    min_get: recv.min_get,
+                    max_get,
+                });
+            }
+        }
+        let deadline = recv.timeout.map(|t| start + t);
+        let limit = recv.max_get.unwrap_or(usize::MAX);
+        let backend = self.threads();
+        let batch_state = EnvState::InFlight { op, per_env: false };
+        let mut first = true;
+        loop {
+            let generation = backend.generation();
+            let mut book = self.book();
+            if book.shut_down {
+                return Err(PoolError::ShutDown);
+            }
+            let mut in_flight = 0;
+            let mut ready = Vec::new();
+            for (env, state) in book.states.iter().enumerate() {
+                if *state == batch_state {
+                    in_flight += 1;
+                    if backend.is_done(env) {
+                        ready.push(env);
+                    }
+                }
+            }
+            if first && recv.min_get > in_flight {
+                return Err(PoolError::NotEnoughInFlight {
+                    op: op.name(),
+                    min_get: recv.min_get,
+                    in_flight,
+                });
+            }
+            first = false;
+            // A failed env is reported first, alone; the other results stay.
+            if let Some(&failed) = ready.iter().find(|&&env| backend.is_failed(env)) {
+                book.states[failed] = EnvState::Taking;
+                drop(book);
+                let result = backend.take(failed, |_| ());
+                self.book().states[failed] = EnvState::Idle;
+                return Err(match result {
+                    Err(err) => err.into(),
+                    Ok(()) => PoolError::NotInFlight {
+                        op: op.name(),
+                        env: failed,
+                    },
+                });
+            }
+            let past_deadline = deadline.is_some_and(|d| Instant::now() >= d);
+            let enough = ready.len() >= recv.min_get;
+            let no_more_coming = ready.len() == in_flight;
+            if enough
+                && (deadline.is_none() || ready.len() >= limit || past_deadline || no_more_coming)
+            {
+                ready.truncate(limit);
+                let mut sent = Vec::with_capacity(ready.len());
+                for &env in &ready {
+                    book.states[env] = EnvState::Taking;
+                    sent.push(book.sent[env].clone());
+                }
+                return Ok(Taken { envs: ready, sent });
+            }
+            if past_deadline {
+                return Err(PoolError::Timeout {
+                    op: op.name(),
+                    timeout: recv.timeout.unwrap_or(Duration::ZERO),
+                    ready: ready.len(),
+                    min_get: recv.min_get,
+                });
+            }
+            drop(book);
+            // At least this many more results must be published before the
+            // batch can be complete.
+            let needed = if enough {
+                1
+            } else {
+                recv.min_get - ready.len()
+            };
+            backend.wait_for(generation + needed as u64, deadline);
+        }
+    }
+
+    /// Waits for env `env`'s result of `op` and marks it taken.
+    fn collect_env(
+        &self,
+        op: Op,
+        env: usize,
+        timeout: Option<Duration>,
+    ) -> Result<Sent, PoolError> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        if env >= self.num_envs() {
+            return Err(PoolError::EnvOutOfRange {
+                env,
+                num_envs: self.num_envs(),
+            });
+        }
+        let backend = self.threads();
+        loop {
+            let generation = backend.generation();
+            let mut book = self.book();
+            if book.shut_down {
+                return Err(PoolError::ShutDown);
+            }
+            match book.states[env] {
+                EnvState::InFlight { op: sent_op, .. } if sent_op == op => {}
+                _ => return Err(PoolError::NotInFlight { op: op.name(), env }),
+            }
+            if backend.is_done(env) {
+                book.states[env] = EnvState::Taking;
+                return Ok(book.sent[env].clone());
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(PoolError::EnvTimeout {
+                    op: op.name(),
+                    env,
+                    timeout: timeout.unwrap_or(Duration::ZERO),
+                });
+            }
+            drop(book);
+            backend.wait(generation, deadline);
+        }
+    }
+
+    /// Marks taken envs idle again, whatever happened while taking them.
+    fn release(&self, envs: &[usize]) {
+        let mut book = self.book();
+        for &env in envs {
+            book.states[env] = EnvState::Idle;
+            book.sent[env] = Sent {
+                td: None,
+                row: None,
+            };
+        }
+    }
+
+    /// The root part of an env's step result: its row of the sent
+    /// tensordict.
+    fn root_row(sent: &Sent) -> Result<TensorDict, PoolError> {
+        Ok(match (&sent.td, sent.row) {
+            (Some(td), Some(row)) => td.index(row)?,
+            (Some(td), None) => TensorDict::clone(td),
+            (None, _) => TensorDict::new(&[]),
+        })
+    }
+
+    /// Builds the batch of step results (root rows and `"next"`) and, for
+    /// step-and-maybe-reset, the batch of next roots.
+    fn build(
+        &self,
+        op: Op,
+        taken: &Taken,
+    ) -> Result<(StackedTensorDict, Option<StackedTensorDict>), PoolError> {
+        let backend = self.threads();
+        let ids: Vec<i64> = taken.envs.iter().map(|&e| e as i64).collect();
+        let k = taken.envs.len();
+        let first = taken.envs[0];
+        let wants_root = op != Op::Step;
+        let wants_step = op != Op::Reset;
+        if self.stack == StackMode::Dense {
+            let mut step_batch = None;
+            let mut next_batch = None;
+            if wants_step {
+                let template = Self::root_row(&taken.sent[0])?;
+                step_batch = Some(TensorDict::zeros_stacked(&template, k)?);
+                next_batch = Some(TensorDict::zeros_stacked(&self.templates[first].0, k)?);
+            }
+            let mut root_batch = if wants_root {
+                Some(TensorDict::zeros_stacked(&self.templates[first].1, k)?)
+            } else {
+                None
+            };
+            for (j, (&env, sent)) in taken.envs.iter().zip(&taken.sent).enumerate() {
+                if let Some(batch) = step_batch.as_mut() {
+                    match (&sent.td, sent.row) {
+                        (Some(td), Some(row)) => batch.copy_row(j, td, row)?,
+                        (Some(td), None) => batch.write_row(j, td)?,
+                        (None, _) => {}
+                    }
+                }
+                backend.take(env, |out| -> Result<(), PoolError> {
+                    if let Some(next) = next_batch.as_mut() {
+                        next.write_row(j, out.next)?;
+                    }
+                    if let Some(root) = root_batch.as_mut() {
+                        root.write_row(j, out.root)?;
+                    }
+                    Ok(())
+                })??;
+            }
+            let env_index = NonTensor::from(ids);
+            let step = match (step_batch, next_batch) {
+                (Some(mut batch), Some(next)) => {
+                    batch.set("next", next)?;
+                    batch.set("env_index", env_index.clone())?;
+                    Some(batch)
+                }
+                _ => None,
+            };
+            let root = match root_batch {
+                Some(mut root) => {
+                    root.set("env_index", env_index)?;
+                    Some(root)
+                }
+                None => None,
+            };
+            return Ok(match (step, root) {
+                (Some(step), root) => (
+                    StackedTensorDict::Dense(step),
+                    root.map(StackedTensorDict::Dense),
+                ),
+                (None, Some(root)) => (StackedTensorDict::Dense(root), None),
+                (None, None) => unreachable!("every op wants a step or a root"),
+            });
+        }
+        let mut steps = Vec::with_capacity(k);
+        let mut roots = Vec::with_capacity(k);
+        for (&env, sent) in taken.envs.iter().zip(&taken.sent) {
+            let (step, root) = self.env_result(op, env, sent)?;
+            steps.extend(step);
+            roots.extend(root);
+        }
+        let stack = |parts: Vec<TensorDict>| -> Result<StackedTensorDict, PoolError> {
+            Ok(match self.stack {
+                StackMode::Lazy => StackedTensorDict::Lazy(TensorDict::lazy_stack(parts)?),
+                _ => TensorDict::maybe_dense_stack(parts)?,
+            })
+        };
+        Ok(match op {
+            Op::Reset => (stack(roots)?, None),
+            Op::Step => (stack(steps)?, None),
+            Op::StepAndMaybeReset => (stack(steps)?, Some(stack(roots)?)),
+        })
+    }
+
+    /// One env's step result and root result, as owned tensordicts.
+    fn env_result(
+        &self,
+        op: Op,
+        env: usize,
+        sent: &Sent,
+    ) -> Result<(Option<TensorDict>, Option<TensorDict>), PoolError> {
+        let mut step = if op == Op::Reset {
+            None
+        } else {
+            Some(Self::root_row(sent)?)
+        };
+        let (next, root) = self
+            .threads()
+            .take(env, |out| (out.next.clone(), out.root.clone()))?;
+        let index = NonTensor::Int(env as i64);
+        if let Some(step) = step.as_mut() {
+            step.set("next", next)?;
+            step.set("env_index", index.clone())?;
+        }
+        let root = if op == Op::Step {
+            None
+        } else {
+            let mut root = root;
+            root.set("env_index", index)?;
+            Some(root)
+        };
+        Ok((step, root))
+    }
+
+    fn recv_batch(
+        &self,
+        op: Op,
+        recv: Recv,
+    ) -> Result<(StackedTensorDict, Option<StackedTensorDict>), PoolError> {
+        let taken = self.collect(op, recv)?;
+        let built = self.build(op, &taken);
+        self.release(&taken.envs);
+        built
+    }
+
+    fn recv_one(
+        &self,
+        op: Op,
+        env: usize,
+        timeout: Option<Duration>,
+    ) -> Result<(Option<TensorDict>, Option<TensorDict>), PoolError> {
+        let sent = self.collect_env(op, env, timeout)?;
+        let result = self.env_result(op, env, &sent);
+        self.release(&[env]);
+        result
+    }
+
+    fn check_idle(&self, op: Op) -> Result<(), PoolError> {
+        let book = self.book();
+        if book.shut_down {
+            return Err(PoolError::ShutDown);
+        }
+        let envs: Vec<usize> = (0..book.states.len())
+            .filter(|&e| book.states[e] != EnvState::Idle)
+            .collect();
+        if envs.is_empty() {
+            Ok(())
+        } else {
+            Err(PoolError::InFlight {
+                op: op.name(),
+                envs,
+            })
+        }
+    }
+
+    /// Resets every env; `td` (batch size `[num_envs, ..]`) may carry state
+    /// entries. An error if any env is in flight.
+    pub fn reset(&self, td: Option<TensorDict>) -> Result<StackedTensorDict, PoolError> {
+        self.check_idle(Op::Reset)?;
+        self.send(Op::Reset, td, Target::All)?;
+        Ok(self.recv_batch(Op::Reset, Recv::all(self.num_envs()))?.0)
+    }
+
+    /// Steps every env with its row of `td`; returns `td`'s rows with the
+    /// results under `"next"` and `"env_index"`. An error if any env is in
+    /// flight.
+    pub fn step(&self, td: TensorDict) -> Result<StackedTensorDict, PoolError> {
+        self.check_idle(Op::Step)?;
+        self.send(Op::Step, Some(td), Target::All)?;
+        Ok(self.recv_batch(Op::Step, Recv::all(self.num_envs()))?.0)
+    }
+
+    /// Steps every env, resetting those that are done: returns the step
+    /// results and the roots of the next step (reset where done).
+    pub fn step_and_maybe_reset(
+        &self,
+        td: TensorDict,
+    ) -> Result<(StackedTensorDict, StackedTensorDict), PoolError> {
+        self.check_idle(Op::StepAndMaybeReset)?;
+        self.send(Op::StepAndMaybeReset, Some(td), Target::All)?;
+        let (step, root) = self.recv_batch(Op::StepAndMaybeReset, Recv::all(self.num_envs()))?;
+        Ok((step, root.expect("step_and_maybe_reset builds roots")))
+    }
+
+    /// Sends a reset to the `target` envs (`td` may carry their state
+    /// entries). An error naming the envs that are busy.
+    pub fn async_reset_send(
+        &self,
+        td: Option<TensorDict>,
+        target: Target,
+    ) -> Result<(), PoolError> {
+        self.send(Op::Reset, td, target)
+    }
+
+    /// Receives reset results (see [`Recv`]).
+    pub fn async_reset_recv(&self, recv: Recv) -> Result<StackedTensorDict, PoolError> {
+        Ok(self.recv_batch(Op::Reset, recv)?.0)
+    }
+
+    /// Receives env `env`'s reset result (sent with any target).
+    pub fn async_reset_recv_env(
+        &self,
+        env: usize,
+        timeout: Option<Duration>,
+    ) -> Result<TensorDict, PoolError> {
+        let (_, root) = self.recv_one(Op::Reset, env, timeout)?;
+        Ok(root.expect("a reset builds a root"))
+    }
+
+    /// Sends the actions in `td` to the `target` envs. An error naming the
+    /// envs that are busy.
+    pub fn async_step_send(&self, td: TensorDict, target: Target) -> Result<(), PoolError> {
+        self.send(Op::Step, Some(td), target)
+    }
+
+    /// Receives step results (see [`Recv`]): the sent rows with the results
+    /// under `"next"`, sorted by env, with `"env_index"`.
+    pub fn async_step_recv(&self, recv: Recv) -> Result<StackedTensorDict, PoolError> {
+        Ok(self.recv_batch(Op::Step, recv)?.0)
+    }
+
+    /// Receives env `env`'s step result (sent with any target); never takes
+    /// another env's result.
+    pub fn async_step_recv_env(
+        &self,
+        env: usize,
+        timeout: Option<Duration>,
+    ) -> Result<TensorDict, PoolError> {
+        let (step, _) = self.recv_one(Op::Step, env, timeout)?;
+        Ok(step.expect("a step builds a step result"))
+    }
+
+    /// Sends the actions in `td` to the `target` envs, to step and reset
+    /// where done.
+    pub fn async_step_and_maybe_reset_send(
+        &self,
+        td: TensorDict,
+        target: Target,
+    ) -> Result<(), PoolError> {
+        self.send(Op::StepAndMaybeReset, Some(td), target)
+    }
+
+    /// Receives step-and-maybe-reset results: the step results and the roots
+    /// of the next steps (reset where done).
+    pub fn async_step_and_maybe_reset_recv(
+        &self,
+        recv: Recv,
+    ) -> Result<(StackedTensorDict, StackedTensorDict), PoolError> {
+        let (step, root) = self.recv_batch(Op::StepAndMaybeReset, recv)?;
+        Ok((step, root.expect("step_and_maybe_reset builds roots")))
+    }
+
+    /// Receives env `env`'s step-and-maybe-reset result.
+    pub fn async_step_and_maybe_reset_recv_env(
+        &self,
+        env: usize,
+        timeout: Option<Duration>,
+    ) -> Result<(TensorDict, TensorDict), PoolError> {
+        let (step, root) = self.recv_one(Op::StepAndMaybeReset, env, timeout)?;
+        Ok((
+            step.expect("a step builds a step result"),
+            root.expect("step_and_maybe_reset builds a root"),
+        ))
+    }
+
+    /// The envs in flight (sent, result not yet received).
+    pub fn in_flight(&self) -> Vec<usize> {
+        let book = self.book();
+        (0..book.states.len())
+            .filter(|&e| book.states[e] != EnvState::Idle)
+            .collect()
+    }
+
+    /// Stops the pool: results not received are dropped, the worker threads
+    /// finish the env they are stepping and are joined. Later calls are
+    /// errors ([`PoolError::ShutDown`]). Idempotent; also done on drop.
+    pub fn shutdown(&self) {
+        self.book().shut_down = true;
+        match &self.backend {
+            Dispatch::Threads(b) => b.shutdown(),
+        }
+    }
+}
+
+impl Drop for AsyncEnvPool {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The env indices of a tensordict's `"env_index"` entry: a stack of
+/// integers, or a 1-D integer tensor.
+fn env_index_of(td: &TensorDict) -> Result<Vec<usize>, PoolError> {
+    let bad = |reason: String| PoolError::EnvIndex { reason };
+    let values: Vec<i64> = match td.get("env_index") {
+        None => {
+            return Err(bad(format!(
+                "the tensordict has no \"env_index\" entry (keys: {:?})",
+                td.keys(false, false)
+            )))
+        }
+        Some(Entry::NonTensor(v)) => v
+            .as_int_vec()
+            .or_else(|| v.as_int().map(|i| vec![i]))
+            .ok_or_else(|| bad(format!("\"env_index\" is {v}, not integers")))?,
+        Some(Entry::Tensor(t)) => match t.dtype() {
+            tensordict::DType::I64 => t.to_vec::<i64>()?,
+            tensordict::DType::I32 => t.to_vec::<i32>()?.into_iter().map(i64::from).collect(),
+            other => {
+                return Err(bad(format!(
+                    "\"env_index\" is a tensor of dtype {other}, not an integer tensor"
+                )))
+            }
+        },
+        Some(Entry::Dict(_)) => return Err(bad("\"env_index\" is a tensordict".into())),
+    };
+    values
+        .into_iter()
+        .map(|v| usize::try_from(v).map_err(|_| bad(format!("env index {v} is negative"))))
+        .collect()
+}

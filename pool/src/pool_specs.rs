@@ -1,0 +1,84 @@
+//! `PoolSpecs`: the envs' specs stacked along the env dim, with
+//! `env_index` in the state spec.
+
+use envs::EnvSpecs;
+use specs::{Composite, TensorSpec};
+
+use crate::{PoolError, StackMode};
+
+/// The pool's specs: each of the envs' composites stacked along a new
+/// leading env dim (densely, or lazily where the envs differ), and
+/// `"env_index"` (a non-tensor of shape `[num_envs]`) in the state spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolSpecs {
+    action: TensorSpec,
+    observation: TensorSpec,
+    reward: TensorSpec,
+    done: TensorSpec,
+    state: TensorSpec,
+}
+
+fn stack(
+    which: &'static str,
+    parts: Vec<Composite>,
+    mode: StackMode,
+) -> Result<TensorSpec, PoolError> {
+    let error = |source| PoolError::Specs { which, source };
+    match mode {
+        StackMode::Dense => Composite::stack(&parts)
+            .map(TensorSpec::Composite)
+            .map_err(error),
+        StackMode::Lazy | StackMode::MaybeDense => {
+            TensorSpec::lazy_stack(parts.into_iter().map(TensorSpec::Composite).collect())
+                .map_err(error)
+        }
+    }
+}
+
+impl PoolSpecs {
+    pub(crate) fn new(children: &[EnvSpecs], mode: StackMode) -> Result<PoolSpecs, PoolError> {
+        let part =
+            |f: fn(&EnvSpecs) -> &Composite| children.iter().map(f).cloned().collect::<Vec<_>>();
+        let mut state = stack("state", part(EnvSpecs::full_state_spec), mode)?;
+        if let Some(composite) = state.as_composite_mut() {
+            composite
+                .set("env_index", TensorSpec::non_tensor(&[children.len()]))
+                .map_err(|source| PoolError::Specs {
+                    which: "state",
+                    source,
+                })?;
+        }
+        Ok(PoolSpecs {
+            action: stack("action", part(EnvSpecs::full_action_spec), mode)?,
+            observation: stack("observation", part(EnvSpecs::full_observation_spec), mode)?,
+            reward: stack("reward", part(EnvSpecs::full_reward_spec), mode)?,
+            done: stack("done", part(EnvSpecs::full_done_spec), mode)?,
+            state,
+        })
+    }
+
+    /// The stacked action specs.
+    pub fn full_action_spec(&self) -> &TensorSpec {
+        &self.action
+    }
+
+    /// The stacked observation specs.
+    pub fn full_observation_spec(&self) -> &TensorSpec {
+        &self.observation
+    }
+
+    /// The stacked reward specs.
+    pub fn full_reward_spec(&self) -> &TensorSpec {
+        &self.reward
+    }
+
+    /// The stacked done specs.
+    pub fn full_done_spec(&self) -> &TensorSpec {
+        &self.done
+    }
+
+    /// The stacked state specs, with `"env_index"`.
+    pub fn full_state_spec(&self) -> &TensorSpec {
+        &self.state
+    }
+}

@@ -1,0 +1,392 @@
+//! Row-wise copies between a batch and single rows, without building a
+//! tensordict per row: what a pool does on every step (scatter the actions
+//! of a batch into each env's input buffer, gather each env's result into a
+//! row of the batch it returns).
+
+use crate::{Entry, NestedKey, NonTensor, Shape, Tensor, TensorDict, TensorDictError};
+
+impl TensorDict {
+    /// A tensordict of zeros shaped like `n` copies of `template` stacked:
+    /// batch size `[n, ..template batch]`, the same keys, each tensor of
+    /// shape `[n, ..]`, each non-tensor value a stack of `n` copies. Fill it
+    /// with [`TensorDict::write_row`].
+    pub fn zeros_stacked(template: &TensorDict, n: usize) -> Result<TensorDict, TensorDictError> {
+        let mut batch: Shape = Shape::with_capacity(template.batch_size().len() + 1);
+        batch.push(n);
+        batch.extend_from_slice(template.batch_size());
+        let mut out = TensorDict::new(&batch);
+        for (name, entry) in template.entries().iter() {
+            let stacked = match entry {
+                Entry::Tensor(t) => {
+                    let mut shape: Shape = Shape::with_capacity(t.ndim() + 1);
+                    shape.push(n);
+                    shape.extend_from_slice(t.shape());
+                    Entry::Tensor(Tensor::try_zeros(t.dtype(), &shape)?)
+                }
+                Entry::NonTensor(v) => Entry::NonTensor(NonTensor::Stack(vec![v.clone(); n])),
+                Entry::Dict(d) => Entry::Dict(TensorDict::zeros_stacked(d, n)?),
+            };
+            out.insert_raw(name.clone(), stacked);
+        }
+        Ok(out)
+    }
+
+    /// Copies `src` into row `row` of this batch: this tensordict's batch
+    /// size is `[n, ..src batch]` and it has exactly `src`'s keys, dtypes and
+    /// row shapes (an error naming the first key that differs; the row may
+    /// then be partly written). Copies bytes only: no allocation unless a
+    /// tensor here is shared (copy on write).
+    pub fn write_row(&mut self, row: usize, src: &TensorDict) -> Result<(), TensorDictError> {
+        self.check_row(row, src.batch_size())?;
+        write_at(self, row, src, None, &NestedKey::default())
+    }
+
+    /// Copies row `src_row` of the batch `src` into row `row` of this batch
+    /// (both batches have the same keys and row shapes), without building a
+    /// tensordict for the row.
+    pub fn copy_row(
+        &mut self,
+        row: usize,
+        src: &TensorDict,
+        src_row: usize,
+    ) -> Result<(), TensorDictError> {
+        src.check_row(
+            src_row,
+            &self.batch_size()[1.min(self.batch_size().len())..],
+        )?;
+        self.check_row(row, &src.batch_size()[1..])?;
+        write_at(self, row, src, Some(src_row), &NestedKey::default())
+    }
+
+    /// Copies row `row` of this batch into `dst`, for the keys `dst` has
+    /// (sub-dicts recursively): `dst`'s batch size is this one without its
+    /// first dim. An error names a key of `dst` missing here or of another
+    /// dtype or shape.
+    pub fn read_row(&self, row: usize, dst: &mut TensorDict) -> Result<(), TensorDictError> {
+        self.check_row(row, dst.batch_size())?;
+        read_at(self, Some(row), dst, &NestedKey::default())
+    }
+
+    /// Copies into each entry of this tensordict the entry of `src` at the
+    /// same key (same dtype and shape; `src` may have more keys). Copies
+    /// bytes only.
+    pub fn fill_from(&mut self, src: &TensorDict) -> Result<(), TensorDictError> {
+        if src.batch_size() != self.batch_size() {
+            return Err(TensorDictError::StackBatchSize {
+                index: 0,
+                expected: self.batch_size().to_vec(),
+                found: src.batch_size().to_vec(),
+            });
+        }
+        read_at(src, None, self, &NestedKey::default())
+    }
+
+    fn check_row(&self, row: usize, row_batch: &[usize]) -> Result<(), TensorDictError> {
+        let (&len, rest) = self
+            .batch_size()
+            .split_first()
+            .ok_or(TensorDictError::ZeroDim { what: "row copy" })?;
+        if rest != row_batch {
+            return Err(TensorDictError::StackBatchSize {
+                index: row,
+                expected: rest.to_vec(),
+                found: row_batch.to_vec(),
+            });
+        }
+        if row >= len {
+            return Err(TensorDictError::IndexOutOfRange { index: row, len });
+        }
+        Ok(())
+    }
+
+    /// The entry named `name` at this level, writable (crate-internal: it
+    /// can change shapes, so callers keep the batch-size invariant).
+    pub(crate) fn entry_mut(&mut self, name: &str) -> Option<&mut Entry> {
+        self.entries_mut().get_mut(name)
+    }
+}
+
+fn row_mismatch(key: NestedKey, row: usize, reason: String) -> TensorDictError {
+    TensorDictError::StackDicts {
+        key,
+        index: row,
+        reason,
+    }
+}
+
+/// The bytes of row `row` of `t` (or all of `t`), given the size of a row.
+fn row_bytes(t: &Tensor, row: Option<usize>, n: usize) -> &[u8] {
+    match row {
+        Some(r) => &t.as_bytes()[r * n..(r + 1) * n],
+        None => t.as_bytes(),
+    }
+}
+
+/// The shape of one row of `t` (or `t`'s shape).
+fn row_shape(t: &Tensor, row: Option<usize>) -> &[usize] {
+    match row {
+        Some(_) => &t.shape()[1..],
+        None => t.shape(),
+    }
+}
+
+/// Writes `src` (or its row `src_row`) into row `row` of `batch`.
+fn write_at(
+    batch: &mut TensorDict,
+    row: usize,
+    src: &TensorDict,
+    src_row: Option<usize>,
+    prefix: &NestedKey,
+) -> Result<(), TensorDictError> {
+    if batch.len() != src.len() {
+        let missing = batch
+            .iter()
+            .map(|(k, _)| k)
+            .find(|k| !src.contains(*k))
+            .map(|k| (k.to_owned(), "lacks this key (the batch has it)"))
+            .or_else(|| {
+                src.iter()
+                    .map(|(k, _)| k)
+                    .find(|k| !batch.contains(*k))
+                    .map(|k| (k.to_owned(), "has this key but the batch does not"))
+            })
+            .unwrap_or_default();
+        return Err(row_mismatch(
+            prefix.child(&missing.0),
+            row,
+            missing.1.into(),
+        ));
+    }
+    for (name, entry) in src.iter() {
+        let Some(target) = batch.entry_mut(name) else {
+            return Err(row_mismatch(
+                prefix.child(name),
+                row,
+                "has this key but the batch does not".into(),
+            ));
+        };
+        match (target, entry) {
+            (Entry::Tensor(dst), Entry::Tensor(t)) => {
+                if dst.dtype() != t.dtype() || &dst.shape()[1..] != row_shape(t, src_row) {
+                    return Err(row_mismatch(
+                        prefix.child(name),
+                        row,
+                        format!(
+                            "has shape {:?} and dtype {} but the batch rows have shape {:?} and dtype {}",
+                            row_shape(t, src_row),
+                            t.dtype(),
+                            &dst.shape()[1..],
+                            dst.dtype()
+                        ),
+                    ));
+                }
+                let n = dst.nbytes() / dst.shape()[0].max(1);
+                dst.bytes_mut()[row * n..(row + 1) * n].copy_from_slice(row_bytes(t, src_row, n));
+            }
+            (Entry::NonTensor(NonTensor::Stack(items)), Entry::NonTensor(v))
+                if row < items.len() =>
+            {
+                let value = match src_row {
+                    None => v.clone(),
+                    Some(r) => v
+                        .index(r)
+                        .cloned()
+                        .ok_or(TensorDictError::IndexOutOfRange {
+                            index: r,
+                            len: v.unbind().map_or(0, <[NonTensor]>::len),
+                        })?,
+                };
+                items[row] = value;
+            }
+            (Entry::Dict(dst), Entry::Dict(d)) => {
+                write_at(dst, row, d, src_row, &prefix.child(name))?
+            }
+            (dst, entry) => {
+                return Err(row_mismatch(
+                    prefix.child(name),
+                    row,
+                    format!("is a {} but the batch holds a {}", entry.kind(), dst.kind()),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fills every entry of `dst` from `batch` (its row `row`, or all of it).
+fn read_at(
+    batch: &TensorDict,
+    row: Option<usize>,
+    dst: &mut TensorDict,
+    prefix: &NestedKey,
+) -> Result<(), TensorDictError> {
+    for position in 0..dst.len() {
+        let (name, target) = dst.entries_mut().at_named_mut(position);
+        let Some(source) = batch.entries().get(name) else {
+            return Err(TensorDictError::KeyNotFound {
+                key: prefix.child(name),
+                available: batch.iter().map(|(k, _)| k.to_owned()).collect(),
+            });
+        };
+        let mismatch =
+            |what: &str, reason: String| row_mismatch(prefix.child(what), row.unwrap_or(0), reason);
+        match (target, source) {
+            (Entry::Tensor(t), Entry::Tensor(src)) => {
+                if src.dtype() != t.dtype() || row_shape(src, row) != t.shape() {
+                    return Err(mismatch(
+                        name,
+                        format!(
+                            "has shape {:?} and dtype {} here but the destination has shape {:?} and dtype {}",
+                            row_shape(src, row),
+                            src.dtype(),
+                            t.shape(),
+                            t.dtype()
+                        ),
+                    ));
+                }
+                let n = t.nbytes();
+                t.bytes_mut().copy_from_slice(row_bytes(src, row, n));
+            }
+            (Entry::NonTensor(v), Entry::NonTensor(src)) => {
+                *v = match row {
+                    None => src.clone(),
+                    Some(r) => src
+                        .index(r)
+                        .cloned()
+                        .ok_or(TensorDictError::IndexOutOfRange {
+                            index: r,
+                            len: src.unbind().map_or(0, <[NonTensor]>::len),
+                        })?,
+                };
+            }
+            (Entry::Dict(d), Entry::Dict(src)) => {
+                let key = prefix.child(name);
+                read_at(src, row, d, &key)?
+            }
+            (target, source) => {
+                return Err(mismatch(
+                    name,
+                    format!(
+                        "is a {} here but the destination holds a {}",
+                        source.kind(),
+                        target.kind()
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    fn step(v: f32, i: i64) -> TensorDict {
+        let mut td = TensorDict::new(&[]);
+        td.set("observation", Tensor::full(&[3], v)).unwrap();
+        td.set(
+            ("next", "done"),
+            Tensor::from_vec(&[1], vec![v > 1.0]).unwrap(),
+        )
+        .unwrap();
+        td.set("env_index", NonTensor::Int(i)).unwrap();
+        td
+    }
+
+    #[test]
+    fn write_rows_then_read_them_back() {
+        let rows = vec![step(0.0, 0), step(1.0, 1), step(2.0, 2)];
+        let mut batch = TensorDict::zeros_stacked(&rows[0], 3).unwrap();
+        for (i, r) in rows.iter().enumerate().rev() {
+            batch.write_row(i, r).unwrap();
+        }
+        assert_eq!(batch, TensorDict::stack(&rows).unwrap());
+        let mut dst = TensorDict::zeros_stacked(&rows[0], 1)
+            .unwrap()
+            .index(0)
+            .unwrap();
+        batch.read_row(2, &mut dst).unwrap();
+        assert_eq!(dst, rows[2]);
+    }
+
+    #[test]
+    fn read_row_fills_only_the_destination_keys() {
+        let batch = TensorDict::stack(&[step(0.0, 0), step(5.0, 1)]).unwrap();
+        let mut dst = TensorDict::new(&[]);
+        dst.set("observation", Tensor::zeros(DType::F32, &[3]))
+            .unwrap();
+        batch.read_row(1, &mut dst).unwrap();
+        assert_eq!(
+            dst.tensor("observation").unwrap().to_vec::<f32>().unwrap(),
+            vec![5.0; 3]
+        );
+        let mut missing = TensorDict::new(&[]);
+        missing
+            .set("action", Tensor::zeros(DType::I64, &[1]))
+            .unwrap();
+        let err = batch.read_row(0, &mut missing).unwrap_err();
+        assert!(
+            err.to_string().starts_with(r#"key "action" not found"#),
+            "{err}"
+        );
+        let mut wrong = TensorDict::new(&[]);
+        wrong
+            .set("observation", Tensor::zeros(DType::F32, &[4]))
+            .unwrap();
+        assert!(batch.read_row(0, &mut wrong).is_err());
+        assert!(batch.read_row(2, &mut dst).is_err());
+    }
+
+    #[test]
+    fn write_row_errors_name_the_key() {
+        let mut batch = TensorDict::zeros_stacked(&step(0.0, 0), 2).unwrap();
+        let mut other = step(0.0, 0);
+        other
+            .set("observation", Tensor::zeros(DType::F32, &[4]))
+            .unwrap();
+        let err = batch.write_row(0, &other).unwrap_err();
+        assert!(err.to_string().contains(r#"at key "observation""#), "{err}");
+        let mut extra = step(0.0, 0);
+        extra.set("zzz", Tensor::scalar(1u8)).unwrap();
+        let err = batch.write_row(0, &extra).unwrap_err();
+        assert!(err.to_string().contains(r#""zzz""#), "{err}");
+        assert!(batch.write_row(2, &step(0.0, 0)).is_err());
+        assert!(TensorDict::new(&[]).write_row(0, &step(0.0, 0)).is_err());
+    }
+
+    #[test]
+    fn copy_row_and_fill_from() {
+        let src = TensorDict::stack(&[step(1.0, 4), step(2.0, 5)]).unwrap();
+        let mut dst = TensorDict::zeros_stacked(&step(0.0, 0), 3).unwrap();
+        dst.copy_row(2, &src, 0).unwrap();
+        dst.copy_row(0, &src, 1).unwrap();
+        assert_eq!(dst.index(2).unwrap(), step(1.0, 4));
+        assert_eq!(dst.index(0).unwrap(), step(2.0, 5));
+        assert!(dst.copy_row(0, &src, 2).is_err());
+        let mut one = step(0.0, 0);
+        one.fill_from(&step(3.0, 9)).unwrap();
+        assert_eq!(one, step(3.0, 9));
+        assert!(one.fill_from(&src).is_err());
+    }
+
+    #[test]
+    fn writing_a_row_of_a_batch_someone_holds_copies_first() {
+        let mut batch = TensorDict::zeros_stacked(&step(0.0, 0), 2).unwrap();
+        let held = batch.clone();
+        batch.write_row(0, &step(7.0, 0)).unwrap();
+        assert_eq!(
+            held.tensor("observation").unwrap().to_vec::<f32>().unwrap(),
+            vec![0.0; 6]
+        );
+        assert_eq!(
+            batch
+                .tensor("observation")
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap()[0],
+            7.0
+        );
+    }
+}
