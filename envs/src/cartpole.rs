@@ -6,6 +6,7 @@ use specs::TensorSpec;
 use tensordict::{DType, Tensor, TensorDict};
 
 use crate::env::scalar_action;
+use crate::outputs::{write_flags, write_step};
 use crate::{Env, EnvError, EnvSpecs, Kwargs};
 
 const GRAVITY: f64 = 9.8;
@@ -163,12 +164,13 @@ impl CartPole {
 }
 
 fn cartpole_specs() -> EnvSpecs {
-    let inf = f32::INFINITY;
+    // Gymnasium's bounds: twice the thresholds, and the largest finite f32
+    // (`np.finfo(np.float32).max`) for the velocities.
     let high = [
         (X_THRESHOLD * 2.0) as f32,
-        inf,
+        f32::MAX,
         (THETA_THRESHOLD * 2.0) as f32,
-        inf,
+        f32::MAX,
     ];
     let low = high.map(|v| -v);
     let observation = TensorSpec::bounded_tensors(
@@ -178,33 +180,6 @@ fn cartpole_specs() -> EnvSpecs {
     .expect("low <= high");
     let action = TensorSpec::categorical(&[1], DType::I64, 2).expect("n = 2");
     EnvSpecs::standard(action, observation).expect("standard specs are valid")
-}
-
-/// Writes the standard step outputs into `next`.
-pub(crate) fn write_step<const N: usize>(
-    next: &mut TensorDict,
-    observation: &[f32; N],
-    reward: f32,
-    terminated: bool,
-    truncated: bool,
-) -> Result<(), EnvError> {
-    next.tensor_mut("observation")?
-        .as_mut_slice::<f32>()?
-        .copy_from_slice(observation);
-    next.tensor_mut("reward")?.as_mut_slice::<f32>()?[0] = reward;
-    write_flags(next, terminated, truncated)
-}
-
-/// Writes `done`, `terminated` and `truncated`.
-pub(crate) fn write_flags(
-    td: &mut TensorDict,
-    terminated: bool,
-    truncated: bool,
-) -> Result<(), EnvError> {
-    td.tensor_mut("done")?.as_mut_slice::<bool>()?[0] = terminated || truncated;
-    td.tensor_mut("terminated")?.as_mut_slice::<bool>()?[0] = terminated;
-    td.tensor_mut("truncated")?.as_mut_slice::<bool>()?[0] = truncated;
-    Ok(())
 }
 
 impl Env for CartPole {

@@ -101,30 +101,36 @@ fn check_leaves(
 }
 
 fn check_done(step: usize, prefix: &NestedKey, td: &TensorDict) -> Result<(), EnvError> {
-    let (Ok(done), Ok(terminated), Ok(truncated)) = (
-        td.tensor("done"),
-        td.tensor("terminated"),
-        td.tensor("truncated"),
-    ) else {
+    let Ok(done) = td.tensor("done") else {
         return Ok(());
     };
-    let (done, terminated, truncated) = (
-        done.as_slice::<bool>()?,
-        terminated.as_slice::<bool>()?,
-        truncated.as_slice::<bool>()?,
-    );
-    let consistent = done.len() == terminated.len()
-        && done.len() == truncated.len()
-        && (0..done.len()).all(|i| done[i] == (terminated[i] || truncated[i]));
-    if consistent {
+    let done = done.as_slice::<bool>()?;
+    // done = terminated | truncated, over whichever of the two the env has.
+    let mut expected = vec![false; done.len()];
+    let mut flags = Vec::new();
+    for name in ["terminated", "truncated"] {
+        if let Ok(flag) = td.tensor(name) {
+            let flag = flag.as_slice::<bool>()?;
+            if flag.len() != done.len() {
+                return Err(EnvError::SpecCheck {
+                    step,
+                    key: full_key(prefix, &name.to_key()),
+                    reason: format!("has {} elements but done has {}", flag.len(), done.len()),
+                });
+            }
+            for (e, &f) in expected.iter_mut().zip(flag) {
+                *e |= f;
+            }
+            flags.push(format!("{name} {flag:?}"));
+        }
+    }
+    if flags.is_empty() || done == expected.as_slice() {
         Ok(())
     } else {
         Err(EnvError::SpecCheck {
             step,
             key: full_key(prefix, &"done".to_key()),
-            reason: format!(
-                "done {done:?} is not terminated {terminated:?} or truncated {truncated:?}"
-            ),
+            reason: format!("done {done:?} is not the or of {}", flags.join(" and ")),
         })
     }
 }

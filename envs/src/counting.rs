@@ -4,8 +4,8 @@
 use specs::TensorSpec;
 use tensordict::{DType, TensorDict};
 
-use crate::cartpole::write_flags;
 use crate::env::scalar_action;
+use crate::outputs::write_flags;
 use crate::{Env, EnvError, EnvSpecs, Kwargs};
 
 /// The registry name.
@@ -14,8 +14,11 @@ pub(crate) const NAME: &str = "CountingEnv";
 /// A counter, as TorchRL's `CountingEnv`: the observation (`i32`, shape
 /// `[1]`) starts at `start_val` and each step adds the action (an `i64` of
 /// shape `[1]`, a 0/1 increment in its spec; any integer is accepted). Done
-/// (and terminated) once the count is greater than `max_steps`; the reward
-/// is 1 per step. Useful to check that no result is lost or duplicated.
+/// (and terminated) whenever the count is greater than `max_steps`, at reset
+/// too; the reward is 0, as TorchRL's. Unlike TorchRL's, it also writes a
+/// `"truncated"` flag (always false), so that its done spec is the one the
+/// other reference envs have. Useful to check that no result is lost or
+/// duplicated.
 ///
 /// ```
 /// use envs::{CountingEnv, Env};
@@ -53,10 +56,12 @@ impl CountingEnv {
         }
     }
 
-    /// The registry constructor: keywords `start_val` (default 0) and
-    /// `max_steps` (default 5).
+    /// The registry constructor: keywords `start_val` (default 0),
+    /// `max_steps` (default 5) and `seed` (accepted and ignored: the env is
+    /// deterministic).
     pub fn from_kwargs(kwargs: &Kwargs) -> Result<CountingEnv, EnvError> {
-        let reader = kwargs.reader(NAME, &["start_val", "max_steps"]);
+        let reader = kwargs.reader(NAME, &["start_val", "max_steps", "seed"]);
+        reader.uint("seed", Some(0))?;
         let to_i32 = |key: &str, v: i64| {
             i32::try_from(v).map_err(|_| reader.invalid(key, format!("{v} does not fit in i32")))
         };
@@ -90,7 +95,7 @@ impl Env for CountingEnv {
     ) -> Result<(), EnvError> {
         self.count = self.start_val;
         out.tensor_mut("observation")?.as_mut_slice::<i32>()?[0] = self.count;
-        write_flags(out, false, false)
+        write_flags(out, self.count > self.max_steps, false)
     }
 
     fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
@@ -104,7 +109,7 @@ impl Env for CountingEnv {
             })?;
         let done = self.count > self.max_steps;
         next.tensor_mut("observation")?.as_mut_slice::<i32>()?[0] = self.count;
-        next.tensor_mut("reward")?.as_mut_slice::<f32>()?[0] = 1.0;
+        next.tensor_mut("reward")?.as_mut_slice::<f32>()?[0] = 0.0;
         write_flags(next, done, false)
     }
 }
@@ -143,6 +148,28 @@ mod tests {
             root.tensor("done").unwrap().to_vec::<bool>().unwrap(),
             vec![false]
         );
+    }
+
+    #[test]
+    fn done_at_reset_when_the_start_is_past_max_steps_and_reward_is_zero() {
+        let mut env = CountingEnv::new(10, 5);
+        let td = env.reset(None).unwrap();
+        assert_eq!(
+            td.tensor("done").unwrap().to_vec::<bool>().unwrap(),
+            vec![true]
+        );
+        let mut td = CountingEnv::new(0, 5).reset(None).unwrap();
+        td.set("action", Tensor::from_vec(&[1], vec![1i64]).unwrap())
+            .unwrap();
+        let out = CountingEnv::new(0, 5).step(td).unwrap();
+        assert_eq!(
+            out.tensor(("next", "reward"))
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+            vec![0.0]
+        );
+        assert!(CountingEnv::from_kwargs(&Kwargs::new().with("seed", 3)).is_ok());
     }
 
     #[test]

@@ -167,8 +167,11 @@ pub trait Env: Send {
     }
 
     /// Steps, then resets where the env is done: returns the step result and
-    /// the root of the next step (reset where done). A batched env gets a
-    /// `"_reset"` mask in its reset input.
+    /// the root of the next step (reset where done).
+    ///
+    /// A batched env gets a `"_reset"` mask (the shape of `"done"`) in its
+    /// reset input, and its `reset_into` buffer starts as the current root,
+    /// so the rows it does not reset keep their values.
     fn step_and_maybe_reset(
         &mut self,
         td: TensorDict,
@@ -177,13 +180,17 @@ pub trait Env: Send {
         let mut root = self.step_mdp(&td)?;
         let done = root.tensor("done")?;
         if done.as_slice::<bool>()?.iter().any(|&d| d) {
-            let mut input = root.clone();
-            if !self.batch_size().is_empty() {
-                let mask = row_mask(done, self.batch_size())?;
-                input.set("_reset", mask)?;
+            if self.batch_size().is_empty() {
+                let reset = self.reset(None)?;
+                root.update(&reset)?;
+            } else {
+                let mut input = root.clone();
+                input.set("_reset", done.clone())?;
+                let mut out = self.reset_template();
+                out.fill_from(&root)?;
+                self.reset_into(Some(&input), &mut out)?;
+                root.update(&out)?;
             }
-            let reset = self.reset(Some(input))?;
-            root.update(&reset)?;
         }
         Ok((td, root))
     }
@@ -287,17 +294,6 @@ fn merge(dst: &mut TensorDict, src: TensorDict) {
 
 fn any_true(tensor: &Tensor) -> Result<bool, EnvError> {
     Ok(tensor.as_slice::<bool>()?.iter().any(|&d| d))
-}
-
-/// A bool mask of the batch rows where any flag of `done` is set.
-fn row_mask(done: &Tensor, batch_size: &[usize]) -> Result<Tensor, EnvError> {
-    let rows: usize = batch_size.iter().product();
-    let flags = done.as_slice::<bool>()?;
-    let per_row = flags.len().checked_div(rows).unwrap_or(0);
-    let mask: Vec<bool> = (0..rows)
-        .map(|r| flags[r * per_row..(r + 1) * per_row].iter().any(|&d| d))
-        .collect();
-    Ok(Tensor::from_vec(batch_size, mask)?)
 }
 
 /// Reads the one element of a shape-`[1]` (or `[]`) action of dtype `T`,

@@ -51,6 +51,38 @@ impl EnvSpecs {
                 });
             }
         }
+        // Every key once across the five composites (the templates merge
+        // them), and every composite able to give its zeros (no shape too
+        // large, no ragged stack): the provided methods rely on both.
+        let composites = [
+            ("action", &action),
+            ("observation", &observation),
+            ("reward", &reward),
+            ("done", &done),
+            ("state", &state),
+        ];
+        for (i, (name, spec)) in composites.iter().enumerate() {
+            if let Err(err) = spec.try_zero() {
+                return Err(EnvError::InvalidSpecs {
+                    reason: format!("the {name} spec cannot give zeros: {err}"),
+                });
+            }
+            for (other_name, other) in &composites[i + 1..] {
+                for key in spec.keys(true, true) {
+                    for other_key in other.keys(true, true) {
+                        let (a, b) = (key.parts(), other_key.parts());
+                        let n = a.len().min(b.len());
+                        if a[..n] == b[..n] {
+                            return Err(EnvError::InvalidSpecs {
+                                reason: format!(
+                                    "key {key} of the {name} spec collides with key {other_key} of the {other_name} spec"
+                                ),
+                            });
+                        }
+                    }
+                }
+            }
+        }
         if !done.contains("done") {
             return Err(EnvError::InvalidSpecs {
                 reason: format!(

@@ -6,7 +6,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use tensordict::{NonTensor, TensorDict};
+
 use crate::EnvError;
+
+/// The name an empty keyword travels under in [`Kwargs::to_bytes`].
+const EMPTY_KEY: &str = "\u{0}empty";
 
 /// One keyword argument value.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,33 +63,44 @@ impl fmt::Display for KwValue {
 }
 
 /// Parses a command-line value: `true`/`false`, an integer, a float, a
-/// comma-separated list in brackets (`[1,2]`), or else a string. Never fails.
+/// comma-separated list in brackets (`[1,2]`), a string in double quotes
+/// (`"1"` is the string 1), or else the text as a string. Never fails.
+/// `Display` writes what this parses back, for values without commas in
+/// strings inside lists.
 impl FromStr for KwValue {
     type Err = std::convert::Infallible;
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let text = text.trim();
-        Ok(if text == "true" {
-            KwValue::Bool(true)
-        } else if text == "false" {
-            KwValue::Bool(false)
-        } else if let Ok(v) = text.parse::<i64>() {
-            KwValue::Int(v)
-        } else if let Ok(v) = text.parse::<f64>() {
-            KwValue::Float(v)
-        } else if let Some(inner) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
-            if inner.trim().is_empty() {
-                KwValue::List(Vec::new())
+        Ok(
+            if let Some(quoted) = text
+                .strip_prefix('"')
+                .and_then(|t| t.strip_suffix('"'))
+                .filter(|_| text.len() >= 2)
+            {
+                KwValue::Str(quoted.replace("\\\"", "\"").replace("\\\\", "\\"))
+            } else if text == "true" {
+                KwValue::Bool(true)
+            } else if text == "false" {
+                KwValue::Bool(false)
+            } else if let Ok(v) = text.parse::<i64>() {
+                KwValue::Int(v)
+            } else if let Ok(v) = text.parse::<f64>() {
+                KwValue::Float(v)
+            } else if let Some(inner) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+                if inner.trim().is_empty() {
+                    KwValue::List(Vec::new())
+                } else {
+                    KwValue::List(
+                        inner
+                            .split(',')
+                            .map(|item| item.parse().unwrap_or_else(|never| match never {}))
+                            .collect(),
+                    )
+                }
             } else {
-                KwValue::List(
-                    inner
-                        .split(',')
-                        .map(|item| item.parse().unwrap_or_else(|never| match never {}))
-                        .collect(),
-                )
-            }
-        } else {
-            KwValue::Str(text.to_owned())
-        })
+                KwValue::Str(text.to_owned())
+            },
+        )
     }
 }
 
@@ -184,6 +200,62 @@ impl Kwargs {
                     })
                 }
             }
+        }
+        Ok(kwargs)
+    }
+
+    /// The arguments as bytes (the `tensordict` codec), to send to another
+    /// process; [`Kwargs::from_bytes`] reads them back exactly.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        fn value(v: &KwValue) -> NonTensor {
+            match v {
+                KwValue::Str(s) => NonTensor::Str(s.clone()),
+                KwValue::Int(i) => NonTensor::Int(*i),
+                KwValue::Float(f) => NonTensor::Float(*f),
+                KwValue::Bool(b) => NonTensor::Bool(*b),
+                KwValue::List(items) => NonTensor::Stack(items.iter().map(value).collect()),
+            }
+        }
+        let mut td = TensorDict::new(&[]);
+        for (key, v) in &self.0 {
+            // A batch size of [] accepts any non-tensor value; an empty key
+            // cannot be set, so it is sent under a reserved name.
+            let name = if key.is_empty() {
+                EMPTY_KEY
+            } else {
+                key.as_str()
+            };
+            td.set(name, value(v))
+                .expect("a non-tensor fits batch size []");
+        }
+        tensordict::encode(&td)
+    }
+
+    /// Reads arguments written by [`Kwargs::to_bytes`]; an error on bytes
+    /// that are not such arguments.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Kwargs, EnvError> {
+        fn value(v: &NonTensor) -> KwValue {
+            match v {
+                NonTensor::Str(s) => KwValue::Str(s.clone()),
+                NonTensor::Int(i) => KwValue::Int(*i),
+                NonTensor::Float(f) => KwValue::Float(*f),
+                NonTensor::Bool(b) => KwValue::Bool(*b),
+                NonTensor::Stack(items) => KwValue::List(items.iter().map(value).collect()),
+            }
+        }
+        let bad = |reason: String| EnvError::KwargSyntax { text: reason };
+        let td = tensordict::decode(bytes)
+            .map_err(|err| bad(format!("<{} bytes: {err}>", bytes.len())))?;
+        let mut kwargs = Kwargs::new();
+        for (key, entry) in td.iter() {
+            let v = entry.as_non_tensor().ok_or_else(|| {
+                bad(format!(
+                    "<entry {key:?} is a {}, not a value>",
+                    entry.kind()
+                ))
+            })?;
+            let key = if key == EMPTY_KEY { "" } else { key };
+            kwargs.set(key, value(v));
         }
         Ok(kwargs)
     }
@@ -370,6 +442,36 @@ mod tests {
         assert_eq!(
             kwargs.to_string(),
             "a=1, b=2.5, c=true, d=[1, \"x\"], e=\"hello\", f=\"\""
+        );
+    }
+
+    #[test]
+    fn display_parses_back_and_bytes_round_trip() {
+        let kwargs = Kwargs::new()
+            .with("mode", "spin")
+            .with("digits", "1")
+            .with("n", 3)
+            .with("x", 0.1)
+            .with("flag", false)
+            .with(
+                "list",
+                vec![
+                    KwValue::Int(1),
+                    KwValue::Str("a".into()),
+                    KwValue::List(vec![]),
+                ],
+            );
+        let text = kwargs.to_string();
+        let pairs: Vec<String> = kwargs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(Kwargs::parse(&pairs).unwrap(), kwargs, "{text}");
+        assert_eq!(Kwargs::from_bytes(&kwargs.to_bytes()).unwrap(), kwargs);
+        let mut odd = Kwargs::new();
+        odd.set("", KwValue::Float(f64::MIN_POSITIVE));
+        assert_eq!(Kwargs::from_bytes(&odd.to_bytes()).unwrap(), odd);
+        let err = Kwargs::from_bytes(b"junk").unwrap_err();
+        assert!(
+            err.to_string().contains("not a tensordict message"),
+            "{err}"
         );
     }
 

@@ -8,8 +8,8 @@ use rand::{Rng, SeedableRng};
 use specs::TensorSpec;
 use tensordict::{DType, TensorDict};
 
-use crate::cartpole::write_flags;
 use crate::env::scalar_action;
+use crate::outputs::write_flags;
 use crate::{Env, EnvError, EnvSpecs, Kwargs};
 
 /// The registry name.
@@ -71,16 +71,41 @@ pub struct LatencyEnv {
 }
 
 impl LatencyEnv {
-    /// An env with these options.
-    pub fn new(config: LatencyConfig) -> LatencyEnv {
-        let action = TensorSpec::categorical(&[1], DType::I64, 2).expect("n = 2");
+    /// The largest `obs_dim`.
+    pub const MAX_OBS_DIM: usize = 1 << 20;
+
+    /// An env with these options; an error if `obs_dim` is above
+    /// [`LatencyEnv::MAX_OBS_DIM`] or a time is above an hour.
+    pub fn new(config: LatencyConfig) -> Result<LatencyEnv, EnvError> {
+        let invalid = |key: &str, reason: String| EnvError::InvalidKwarg {
+            env: NAME.into(),
+            key: key.into(),
+            reason,
+        };
+        if config.obs_dim > Self::MAX_OBS_DIM {
+            return Err(invalid(
+                "obs_dim",
+                format!("{} is above {}", config.obs_dim, Self::MAX_OBS_DIM),
+            ));
+        }
+        const HOUR: Duration = Duration::from_secs(3600);
+        for (key, time) in [
+            ("step_us", config.step_time),
+            ("jitter_us", config.jitter),
+            ("reset_us", config.reset_time),
+        ] {
+            if time > HOUR {
+                return Err(invalid(key, format!("{time:?} is above an hour")));
+            }
+        }
+        let action = TensorSpec::categorical(&[1], DType::I64, 2)?;
         let observation = TensorSpec::unbounded(&[config.obs_dim], DType::F32);
-        LatencyEnv {
+        Ok(LatencyEnv {
             config,
             steps: 0,
             rng: SmallRng::seed_from_u64(0),
-            specs: EnvSpecs::standard(action, observation).expect("standard specs are valid"),
-        }
+            specs: EnvSpecs::standard(action, observation)?,
+        })
     }
 
     /// The registry constructor (see the keywords above).
@@ -111,10 +136,7 @@ impl LatencyEnv {
             }
         };
         let obs_dim = reader.uint("obs_dim", Some(4))?;
-        let obs_dim = usize::try_from(obs_dim)
-            .ok()
-            .filter(|&d| d <= 1 << 20)
-            .ok_or_else(|| reader.invalid("obs_dim", format!("{obs_dim} is above 2^20")))?;
+        let obs_dim = usize::try_from(obs_dim).unwrap_or(usize::MAX);
         let episode_len = reader.uint("episode_len", Some(0))?;
         let seed = reader.uint("seed", Some(0))?;
         reader.finish()?;
@@ -125,7 +147,7 @@ impl LatencyEnv {
             wait,
             obs_dim,
             episode_len,
-        });
+        })?;
         env.set_seed(seed);
         Ok(env)
     }
@@ -244,6 +266,17 @@ mod tests {
             "LatencyEnv: keyword argument \"mode\" is invalid: \"nap\" is not \"spin\" or \"sleep\""
         );
         assert!(LatencyEnv::from_kwargs(&Kwargs::new().with("step_us", -1)).is_err());
-        assert!(LatencyEnv::from_kwargs(&Kwargs::new().with("obs_dim", 1i64 << 40)).is_err());
+        let err = LatencyEnv::from_kwargs(&Kwargs::new().with("obs_dim", 1i64 << 40)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("\"obs_dim\" is invalid: 1099511627776 is above 1048576"),
+            "{err}"
+        );
+        let err = LatencyEnv::new(LatencyConfig {
+            step_time: Duration::MAX,
+            ..LatencyConfig::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("is above an hour"), "{err}");
     }
 }

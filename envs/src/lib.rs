@@ -39,6 +39,7 @@ mod env_specs;
 mod error;
 mod kwargs;
 mod latency;
+mod outputs;
 mod pendulum;
 mod registry;
 

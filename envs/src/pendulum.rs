@@ -7,8 +7,8 @@ use rand::{Rng, SeedableRng};
 use specs::TensorSpec;
 use tensordict::{DType, Tensor, TensorDict};
 
-use crate::cartpole::{write_flags, write_step};
 use crate::env::scalar_action;
+use crate::outputs::{write_flags, write_step};
 use crate::{Env, EnvError, EnvSpecs, Kwargs};
 
 const MAX_SPEED: f64 = 8.0;

@@ -208,7 +208,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             err.to_string(),
-            "CountingEnv: unknown keyword argument(s) [max_step]; accepted: [start_val, max_steps]"
+            "CountingEnv: unknown keyword argument(s) [max_step]; accepted: [start_val, max_steps, seed]"
         );
     }
 

@@ -174,7 +174,10 @@ fn check_env_specs_names_the_step_and_key_that_break_the_specs() {
         matches!(&err, EnvError::SpecCheck { step: 0, key, .. } if *key == NestedKey::from(("next", "done"))),
         "{err}"
     );
-    assert!(err.to_string().contains("is not terminated"), "{err}");
+    assert!(
+        err.to_string().contains("is not the or of terminated"),
+        "{err}"
+    );
     let err = check_env_specs(&mut Broken::new("extra key"), 5, 0).unwrap_err();
     assert!(
         err.to_string()
@@ -228,4 +231,101 @@ fn step_and_maybe_reset_resets_exactly_when_done() {
         observed,
         [(11, 11), (12, 10), (11, 11), (12, 10), (11, 11), (12, 10)]
     );
+}
+
+/// Two counters in one env (batch size [2]); done past 1.
+struct TwoCounters {
+    counts: [i32; 2],
+    specs: EnvSpecs,
+}
+
+impl TwoCounters {
+    fn new() -> TwoCounters {
+        let batch = [2];
+        let composite =
+            |key: &str, spec: TensorSpec| specs::Composite::new(&batch).with(key, spec).unwrap();
+        TwoCounters {
+            counts: [0, 0],
+            specs: EnvSpecs::new(
+                &batch,
+                composite("action", TensorSpec::binary(&[2, 1], DType::I64).unwrap()),
+                composite("observation", TensorSpec::unbounded(&[2, 1], DType::I32)),
+                composite("reward", TensorSpec::unbounded(&[2, 1], DType::F32)),
+                envs::standard_done_spec(&batch).unwrap(),
+                specs::Composite::new(&batch),
+            )
+            .unwrap(),
+        }
+    }
+
+    fn write(&self, td: &mut TensorDict) -> Result<(), EnvError> {
+        td.tensor_mut("observation")?
+            .as_mut_slice::<i32>()?
+            .copy_from_slice(&self.counts);
+        let done = self.counts.map(|c| c > 1);
+        td.tensor_mut("done")?
+            .as_mut_slice::<bool>()?
+            .copy_from_slice(&done);
+        td.tensor_mut("terminated")?
+            .as_mut_slice::<bool>()?
+            .copy_from_slice(&done);
+        Ok(())
+    }
+}
+
+impl Env for TwoCounters {
+    fn specs(&self) -> &EnvSpecs {
+        &self.specs
+    }
+    fn set_seed(&mut self, _seed: u64) {}
+    fn reset_into(
+        &mut self,
+        input: Option<&TensorDict>,
+        out: &mut TensorDict,
+    ) -> Result<(), EnvError> {
+        let mask = match input.and_then(|td| td.tensor("_reset").ok()) {
+            Some(mask) => mask.to_vec::<bool>()?,
+            None => vec![true, true],
+        };
+        for (count, reset) in self.counts.iter_mut().zip(mask) {
+            if reset {
+                *count = 0;
+            }
+        }
+        self.write(out)
+    }
+    fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
+        let action = input.tensor("action")?.to_vec::<i64>()?;
+        for (count, a) in self.counts.iter_mut().zip(action) {
+            *count += a as i32;
+        }
+        self.write(next)
+    }
+}
+
+#[test]
+fn a_batched_env_resets_only_the_rows_that_are_done() {
+    let mut env = TwoCounters::new();
+    check_env_specs(&mut env, 10, 0).unwrap();
+    let mut root = env.reset(None).unwrap();
+    // Row 0 counts every step, row 1 only the first: row 0 is done at 2 and
+    // reset, row 1 keeps its count.
+    let mut seen = Vec::new();
+    for actions in [[1i64, 1], [1, 0], [1, 0]] {
+        root.set(
+            "action",
+            Tensor::from_vec(&[2, 1], actions.to_vec()).unwrap(),
+        )
+        .unwrap();
+        let (_, next_root) = env.step_and_maybe_reset(root).unwrap();
+        seen.push(
+            next_root
+                .tensor("observation")
+                .unwrap()
+                .to_vec::<i32>()
+                .unwrap(),
+        );
+        root = next_root;
+    }
+    assert_eq!(seen, [vec![1, 1], vec![0, 1], vec![1, 1]]);
 }

@@ -94,6 +94,9 @@ struct Shared {
     queue: WorkQueue,
     done: Signal,
     workers: usize,
+    /// How long a receiver spins before sleeping: zero when the workers
+    /// already use every core.
+    receiver_spin: std::time::Duration,
 }
 
 /// The result of one env, borrowed from its slot while it is taken.
@@ -203,11 +206,17 @@ impl ThreadBackend {
         let workers = options
             .threads
             .map_or(cores.min(slots.len().max(1)), NonZeroUsize::get);
+        let receiver_spin = if workers >= cores {
+            std::time::Duration::ZERO
+        } else {
+            crate::signal::SPIN
+        };
         let shared = Arc::new(Shared {
             slots,
             queue: WorkQueue::default(),
             done: Signal::default(),
             workers,
+            receiver_spin,
         });
         let mut handles = Vec::with_capacity(workers);
         for worker in 0..workers {
@@ -319,6 +328,30 @@ impl ThreadBackend {
         Ok(())
     }
 
+    /// Runs a chunk of queued envs in the calling thread, if any is queued:
+    /// a receiver that would otherwise wait helps the workers (and pays no
+    /// wake-up latency). Returns whether it ran anything.
+    pub fn help(&self) -> bool {
+        let mut chunk = Vec::new();
+        if self.shared.queue.try_pull(self.shared.workers, &mut chunk) {
+            run_chunk(&self.shared, &chunk);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Wakes every thread waiting for results once (after results were taken
+    /// by someone else, a waiter may have to give up).
+    pub fn wake_receivers(&self) {
+        self.shared.done.wake_all();
+    }
+
+    /// True once [`ThreadBackend::shutdown`] has begun.
+    pub fn is_shut_down(&self) -> bool {
+        self.shared.done.is_closed()
+    }
+
     /// True if env `env`'s result (or error) is waiting to be taken.
     pub fn is_done(&self, env: usize) -> bool {
         // Acquire: pairs with the worker's Release store of DONE/FAILED.
@@ -347,8 +380,42 @@ impl ThreadBackend {
     /// Waits until the generation reaches `target` (for example the
     /// generation seen plus the number of results still needed), or the
     /// deadline; returns the generation then.
+    ///
+    /// When the workers are as many as the cores, the caller sleeps at once
+    /// rather than spin: a spinning caller would take a core from a worker.
     pub fn wait_for(&self, target: u64, deadline: Option<Instant>) -> u64 {
-        self.shared.done.wait_for(target, deadline)
+        self.shared
+            .done
+            .wait_for(target, deadline, self.shared.receiver_spin)
+    }
+
+    /// Reads env `env`'s result without taking it: calls `read` on it while
+    /// the slot is locked; the result stays (a later `peek` or `take` sees it
+    /// again). An env that failed gives its error (which stays too).
+    /// The caller guarantees the env is done ([`ThreadBackend::is_done`]).
+    pub fn peek<R>(
+        &self,
+        env: usize,
+        read: impl FnOnce(EnvOutput<'_>) -> R,
+    ) -> Result<R, ThreadError> {
+        let cell = self.shared.slots[env].lock();
+        match &cell.error {
+            Some(err) => Err(err.clone()),
+            None => Ok(read(EnvOutput {
+                op: cell.op,
+                next: &cell.next,
+                root: &cell.root,
+            })),
+        }
+    }
+
+    /// Marks env `env` idle, dropping its result (after a successful
+    /// [`ThreadBackend::peek`]).
+    pub fn release(&self, env: usize) {
+        let slot = &self.shared.slots[env];
+        let mut cell = slot.lock();
+        cell.error = None;
+        slot.phase.store(IDLE, Ordering::Release);
     }
 
     /// Takes env `env`'s result: calls `read` on it while the slot is
@@ -379,6 +446,8 @@ impl ThreadBackend {
     /// dropped. Idempotent.
     pub fn shutdown(&self) {
         self.shared.queue.stop();
+        // Receivers blocked on results return (and see the shutdown).
+        self.shared.done.close();
         let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|p| p.into_inner()));
         for handle in handles {
             // A worker never panics (env panics are caught); nothing to report.
@@ -408,7 +477,14 @@ fn copy_input(
 fn worker_loop(shared: &Shared) {
     let mut chunk = Vec::new();
     while shared.queue.pull(shared.workers, &mut chunk) {
-        for &env in &chunk {
+        run_chunk(shared, &chunk);
+    }
+}
+
+/// Runs each env of a chunk and publishes its result.
+fn run_chunk(shared: &Shared, chunk: &[usize]) {
+    {
+        for &env in chunk {
             let slot = &shared.slots[env];
             let failed = {
                 let mut cell = slot.lock();
@@ -420,7 +496,7 @@ fn worker_loop(shared: &Shared) {
                         env,
                         name: cell.name.clone(),
                         during,
-                        source: Box::new(source),
+                        source,
                     }),
                     Err(payload) => Some(ThreadError::Panicked {
                         env,
@@ -447,27 +523,27 @@ fn worker_loop(shared: &Shared) {
 }
 
 /// Runs the cell's operation on its buffers.
-fn run(cell: &mut Cell) -> Result<(), (&'static str, EnvError)> {
+fn run(cell: &mut Cell) -> Result<(), (&'static str, Box<EnvError>)> {
     match cell.op {
         Op::Reset => {
             let input = cell.reset_with_input.then_some(&cell.input);
             cell.env
                 .reset_into(input, &mut cell.root)
-                .map_err(|e| ("reset", e))
+                .map_err(|e| ("reset", Box::new(e)))
         }
         Op::Step => cell
             .env
             .step_into(&cell.input, &mut cell.next)
-            .map_err(|e| ("step", e)),
+            .map_err(|e| ("step", Box::new(e))),
         Op::StepAndMaybeReset => {
             cell.env
                 .step_into(&cell.input, &mut cell.next)
-                .map_err(|e| ("step", e))?;
+                .map_err(|e| ("step", Box::new(e)))?;
             // The next root: the step's entries without the reward, reset
             // where done.
             cell.root
                 .fill_from(&cell.next)
-                .map_err(|e| ("step", EnvError::from(e)))?;
+                .map_err(|e| ("step", Box::new(EnvError::from(e))))?;
             let done = match cell.next.get("done") {
                 Some(Entry::Tensor(t)) => t
                     .as_slice::<bool>()
@@ -478,7 +554,7 @@ fn run(cell: &mut Cell) -> Result<(), (&'static str, EnvError)> {
             if done {
                 cell.env
                     .reset_into(None, &mut cell.root)
-                    .map_err(|e| ("reset", e))?;
+                    .map_err(|e| ("reset", Box::new(e)))?;
             }
             Ok(())
         }

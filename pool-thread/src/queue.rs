@@ -27,6 +27,23 @@ impl WorkQueue {
         self.pushed.notify();
     }
 
+    /// Takes a chunk of queued envs into `out` (cleared first) without
+    /// waiting; returns `false` if the queue is empty or stopped.
+    pub(crate) fn try_pull(&self, workers: usize, out: &mut Vec<usize>) -> bool {
+        out.clear();
+        if self.stop.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut envs = self.envs.lock().unwrap_or_else(|p| p.into_inner());
+        let len = envs.len();
+        if len == 0 {
+            return false;
+        }
+        let take = (len / (2 * workers.max(1))).clamp(1, MAX_CHUNK).min(len);
+        out.extend(envs.drain(..take));
+        true
+    }
+
     /// Takes a chunk of queued envs into `out` (cleared first): about
     /// `1 / (2 * workers)` of the queue, so that each worker gets a share of
     /// a batch in a few pulls, at least one env and at most 64. Waits while
@@ -38,14 +55,8 @@ impl WorkQueue {
             if self.stop.load(Ordering::Acquire) {
                 return false;
             }
-            {
-                let mut envs = self.envs.lock().unwrap_or_else(|p| p.into_inner());
-                if !envs.is_empty() {
-                    let len = envs.len();
-                    let take = (len / (2 * workers.max(1))).clamp(1, MAX_CHUNK).min(len);
-                    out.extend(envs.drain(..take));
-                    return true;
-                }
+            if self.try_pull(workers, out) {
+                return true;
             }
             // Sleeps until something is pushed or the queue is stopped; no
             // deadline: an idle worker has nothing else to do.

@@ -2,19 +2,50 @@
 //! moves. Waiting spins briefly, then parks on a condition variable, always
 //! with an optional deadline.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
 
-/// A counter of events with a blocking wait for the next one.
-#[derive(Debug, Default)]
+/// How long a waiter spins before it sleeps. A sleeping thread takes tens of
+/// microseconds to wake on a loaded machine (more on a virtual one), so a
+/// worker that spins a little longer than the gap between two batches stays
+/// ready; the spin yields its core every few microseconds, so spinners never
+/// starve a thread that has work (more threads than cores).
+pub(crate) const SPIN: Duration = Duration::from_micros(300);
+
+/// Spin iterations between two yields of the core.
+const SPINS_PER_YIELD: u32 = 16;
+
+/// A counter of events with a blocking wait for a given count.
+#[derive(Debug)]
 pub(crate) struct Signal {
     generation: AtomicU64,
+    /// The smallest generation a sleeper waits for (`u64::MAX`: none), so
+    /// that a notifier wakes sleepers only when one of them can go on.
+    wake_at: AtomicU64,
     sleepers: AtomicUsize,
+    /// Set once: every wait returns at once from then on.
+    closed: AtomicBool,
+    /// Moves on every `wake_all`: a waiter returns when it changes.
+    epoch: AtomicU64,
     lock: Mutex<()>,
     condvar: Condvar,
+}
+
+impl Default for Signal {
+    fn default() -> Self {
+        Signal {
+            generation: AtomicU64::new(0),
+            wake_at: AtomicU64::new(u64::MAX),
+            sleepers: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+            lock: Mutex::new(()),
+            condvar: Condvar::new(),
+        }
+    }
 }
 
 impl Signal {
@@ -26,41 +57,94 @@ impl Signal {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// Counts an event and wakes the sleepers, if any.
+    /// Counts an event and wakes the sleepers if one of them waits for this
+    /// generation or an earlier one.
     pub(crate) fn notify(&self) {
-        // SeqCst (with the SeqCst load of `sleepers` below, and the SeqCst
-        // store/load pair in `wait`): either the waiter sees the new
-        // generation before sleeping, or we see its sleeper count and wake it.
-        self.generation.fetch_add(1, Ordering::SeqCst);
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
+        // SeqCst (with the SeqCst loads of `sleepers` and `wake_at` below,
+        // and the SeqCst stores and load in `wait_for`): either the waiter
+        // sees the new generation before sleeping, or we see its registration
+        // and wake it.
+        let now = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.sleepers.load(Ordering::SeqCst) > 0 && now >= self.wake_at.load(Ordering::SeqCst) {
             // Taking the lock orders this wake-up after the waiter's check.
+            let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            // Every sleeper wakes and registers its target again.
+            self.wake_at.store(u64::MAX, Ordering::SeqCst);
+            self.condvar.notify_all();
+        }
+    }
+
+    /// Wakes every waiter, now and from now on: waits return at once (for a
+    /// shutdown). Idempotent.
+    pub(crate) fn close(&self) {
+        // SeqCst: pairs with the SeqCst loads in `wait_for` (as `notify`).
+        self.closed.store(true, Ordering::SeqCst);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.condvar.notify_all();
+    }
+
+    /// Wakes every waiter once, whatever it waits for (the state it waits on
+    /// changed in another way). Cheap when nobody sleeps.
+    pub(crate) fn wake_all(&self) {
+        // SeqCst: pairs with the SeqCst loads in `wait_for` (as `notify`).
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
             let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
             self.condvar.notify_all();
         }
     }
 
+    /// True once [`Signal::close`] was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
     /// Waits until the generation differs from `seen` or `deadline` passes;
     /// returns the generation then. Spins briefly before sleeping.
     pub(crate) fn wait(&self, seen: u64, deadline: Option<Instant>) -> u64 {
-        self.wait_for(seen.wrapping_add(1), deadline)
+        self.wait_for(seen.wrapping_add(1), deadline, SPIN)
     }
 
     /// Waits until the generation reaches `target` or `deadline` passes;
-    /// returns the generation then. Spins briefly before sleeping.
-    pub(crate) fn wait_for(&self, target: u64, deadline: Option<Instant>) -> u64 {
-        let reached = |now: u64| now >= target;
-        let backoff = Backoff::new();
-        while !backoff.is_completed() {
+    /// returns the generation then. Spins up to `spin` before sleeping.
+    pub(crate) fn wait_for(&self, target: u64, deadline: Option<Instant>, spin: Duration) -> u64 {
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        let reached = |now: u64| {
+            now >= target
+                || self.closed.load(Ordering::SeqCst)
+                || self.epoch.load(Ordering::SeqCst) != epoch
+        };
+        // Spin (without yielding: a yield hands the core to another spinner
+        // and costs a scheduler round trip) for a short, bounded time, then
+        // sleep.
+        let spin_until = Instant::now() + spin;
+        let mut spins = 0u32;
+        loop {
             let now = self.generation();
             if reached(now) {
                 return now;
             }
-            backoff.snooze();
+            if deadline.is_some_and(|d| Instant::now() >= d) || Instant::now() >= spin_until {
+                break;
+            }
+            spins += 1;
+            if spins % SPINS_PER_YIELD == 0 {
+                std::thread::yield_now();
+            } else {
+                let backoff = Backoff::new();
+                for _ in 0..4 {
+                    backoff.spin();
+                }
+            }
         }
 
         let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         loop {
+            // Registered under the lock, before the check: a notifier that
+            // reaches `target` after the check sees it.
+            self.wake_at.fetch_min(target, Ordering::SeqCst);
             let now = self.generation.load(Ordering::SeqCst);
             if reached(now) {
                 self.sleepers.fetch_sub(1, Ordering::SeqCst);
@@ -89,7 +173,6 @@ impl Signal {
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use std::time::Duration;
 
     #[test]
     fn a_waiter_wakes_on_notify_and_times_out_without_one() {

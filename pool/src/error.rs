@@ -33,7 +33,7 @@ pub enum PoolError {
         /// `"action"`, `"observation"`, `"reward"`, `"done"` or `"state"`.
         which: &'static str,
         /// The stacking error (it names the key and env).
-        source: SpecError,
+        source: Box<SpecError>,
     },
     /// `min_get` of 0.
     #[error("min_get must be at least 1, got {min_get}")]
@@ -150,9 +150,15 @@ pub enum PoolError {
     Backend(#[from] ThreadError),
     /// An env could not be made (registry name, keyword arguments).
     #[error(transparent)]
-    Env(#[from] EnvError),
+    Env(Box<EnvError>),
     /// A data error while building a batch (results of one batch that do
     /// not stack densely).
     #[error(transparent)]
     Data(#[from] TensorDictError),
+}
+
+impl From<EnvError> for PoolError {
+    fn from(err: EnvError) -> Self {
+        PoolError::Env(Box::new(err))
+    }
 }

@@ -164,6 +164,20 @@ impl PoolBuilder {
         if self.makers.is_empty() {
             return Err(PoolError::NoEnvs);
         }
+        // A registry name that is not registered is an error before any env
+        // is built.
+        let known = envs::registered();
+        for maker in &self.makers {
+            if let crate::config::MakerKind::Registry { name, .. } = &maker.0 {
+                if !known.contains(name) {
+                    return Err(envs::EnvError::UnknownEnv {
+                        name: name.clone(),
+                        known,
+                    }
+                    .into());
+                }
+            }
+        }
         let backend = match self.backend {
             Backend::Threading { threads } => {
                 let factories = self
@@ -376,10 +390,11 @@ impl AsyncEnvPool {
         }
         let jobs = self.resolve(&target, td.as_ref())?;
         let per_env = matches!(target, Target::Env(_));
-        // The root of each result: the sent tensordict without any "next".
+        // The root of each result: the sent tensordict without any "next" or
+        // "env_index" (the pool sets its own).
         let td = td.map(|td| {
-            Arc::new(if td.contains("next") {
-                td.exclude(["next"])
+            Arc::new(if td.contains("next") || td.contains("env_index") {
+                td.exclude(["next", "env_index"])
             } else {
                 td
             })
@@ -439,11 +454,10 @@ impl AsyncEnvPool {
         let limit = recv.max_get.unwrap_or(usize::MAX);
         let backend = self.threads();
         let batch_state = EnvState::InFlight { op, per_env: false };
-        let mut first = true;
         loop {
             let generation = backend.generation();
             let mut book = self.book();
-            if book.shut_down {
+            if book.shut_down || backend.is_shut_down() {
                 return Err(PoolError::ShutDown);
             }
             let mut in_flight = 0;
@@ -456,14 +470,15 @@ impl AsyncEnvPool {
                     }
                 }
             }
-            if first && recv.min_get > in_flight {
+            // Checked on every pass: another thread may have taken results
+            // (per-env receives) since the call began.
+            if recv.min_get > in_flight {
                 return Err(PoolError::NotEnoughInFlight {
                     op: op.name(),
                     min_get: recv.min_get,
                     in_flight,
                 });
             }
-            first = false;
             // A failed env is reported first, alone; the other results stay.
             if let Some(&failed) = ready.iter().find(|&&env| backend.is_failed(env)) {
                 book.states[failed] = EnvState::Taking;
@@ -518,7 +533,7 @@ impl AsyncEnvPool {
         op: Op,
         env: usize,
         timeout: Option<Duration>,
-    ) -> Result<Sent, PoolError> {
+    ) -> Result<(Sent, bool), PoolError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         if env >= self.num_envs() {
             return Err(PoolError::EnvOutOfRange {
@@ -530,16 +545,19 @@ impl AsyncEnvPool {
         loop {
             let generation = backend.generation();
             let mut book = self.book();
-            if book.shut_down {
+            if book.shut_down || backend.is_shut_down() {
                 return Err(PoolError::ShutDown);
             }
-            match book.states[env] {
-                EnvState::InFlight { op: sent_op, .. } if sent_op == op => {}
+            let per_env = match book.states[env] {
+                EnvState::InFlight {
+                    op: sent_op,
+                    per_env,
+                } if sent_op == op => per_env,
                 _ => return Err(PoolError::NotInFlight { op: op.name(), env }),
-            }
+            };
             if backend.is_done(env) {
                 book.states[env] = EnvState::Taking;
-                return Ok(book.sent[env].clone());
+                return Ok((book.sent[env].clone(), per_env));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(PoolError::EnvTimeout {
@@ -549,20 +567,31 @@ impl AsyncEnvPool {
                 });
             }
             drop(book);
+            if deadline.is_none() && backend.help() {
+                continue;
+            }
             backend.wait(generation, deadline);
         }
     }
 
-    /// Marks taken envs idle again, whatever happened while taking them.
+    /// Drops the results of taken envs and marks them idle; wakes other
+    /// receivers, whose `min_get` may now be out of reach.
     fn release(&self, envs: &[usize]) {
-        let mut book = self.book();
+        let backend = self.threads();
         for &env in envs {
-            book.states[env] = EnvState::Idle;
-            book.sent[env] = Sent {
-                td: None,
-                row: None,
-            };
+            backend.release(env);
         }
+        {
+            let mut book = self.book();
+            for &env in envs {
+                book.states[env] = EnvState::Idle;
+                book.sent[env] = Sent {
+                    td: None,
+                    row: None,
+                };
+            }
+        }
+        backend.wake_receivers();
     }
 
     /// The root part of an env's step result: its row of the sent
@@ -609,7 +638,9 @@ impl AsyncEnvPool {
                         (None, _) => {}
                     }
                 }
-                backend.take(env, |out| -> Result<(), PoolError> {
+                // Read in place; released only once the whole batch is built,
+                // so that a batch that cannot be built loses nothing.
+                backend.peek(env, |out| -> Result<(), PoolError> {
                     if let Some(next) = next_batch.as_mut() {
                         next.write_row(j, out.next)?;
                     }
@@ -678,7 +709,7 @@ impl AsyncEnvPool {
         };
         let (next, root) = self
             .threads()
-            .take(env, |out| (out.next.clone(), out.root.clone()))?;
+            .peek(env, |out| (out.next.clone(), out.root.clone()))?;
         let index = NonTensor::Int(env as i64);
         if let Some(step) = step.as_mut() {
             step.set("next", next)?;
@@ -694,15 +725,25 @@ impl AsyncEnvPool {
         Ok((step, root))
     }
 
+    /// Receives a batch: waits, builds it, and only then releases the envs;
+    /// a batch that cannot be built is an error and its results stay for the
+    /// next receive (a per-env receive can take them one by one).
     fn recv_batch(
         &self,
         op: Op,
         recv: Recv,
     ) -> Result<(StackedTensorDict, Option<StackedTensorDict>), PoolError> {
         let taken = self.collect(op, recv)?;
-        let built = self.build(op, &taken);
-        self.release(&taken.envs);
-        built
+        match self.build(op, &taken) {
+            Ok(built) => {
+                self.release(&taken.envs);
+                Ok(built)
+            }
+            Err(err) => {
+                self.put_back(op, &taken.envs, false);
+                Err(err)
+            }
+        }
     }
 
     fn recv_one(
@@ -711,10 +752,30 @@ impl AsyncEnvPool {
         env: usize,
         timeout: Option<Duration>,
     ) -> Result<(Option<TensorDict>, Option<TensorDict>), PoolError> {
-        let sent = self.collect_env(op, env, timeout)?;
-        let result = self.env_result(op, env, &sent);
-        self.release(&[env]);
-        result
+        let (sent, per_env) = self.collect_env(op, env, timeout)?;
+        match self.env_result(op, env, &sent) {
+            Ok(result) => {
+                self.release(&[env]);
+                Ok(result)
+            }
+            Err(err @ PoolError::Backend(_)) => {
+                // The env itself failed: its error is its result.
+                self.release(&[env]);
+                Err(err)
+            }
+            Err(err) => {
+                self.put_back(op, &[env], per_env);
+                Err(err)
+            }
+        }
+    }
+
+    /// Returns taken envs to in flight, their results untouched.
+    fn put_back(&self, op: Op, envs: &[usize], per_env: bool) {
+        let mut book = self.book();
+        for &env in envs {
+            book.states[env] = EnvState::InFlight { op, per_env };
+        }
     }
 
     fn check_idle(&self, op: Op) -> Result<(), PoolError> {

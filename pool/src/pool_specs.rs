@@ -8,7 +8,8 @@ use crate::{PoolError, StackMode};
 
 /// The pool's specs: each of the envs' composites stacked along a new
 /// leading env dim (densely, or lazily where the envs differ), and
-/// `"env_index"` (a non-tensor of shape `[num_envs]`) in the state spec.
+/// `"env_index"` in the state spec: a non-tensor of shape `[num_envs]` when
+/// the state specs stack densely, else an entry of each env's part.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolSpecs {
     action: TensorSpec,
@@ -23,7 +24,10 @@ fn stack(
     parts: Vec<Composite>,
     mode: StackMode,
 ) -> Result<TensorSpec, PoolError> {
-    let error = |source| PoolError::Specs { which, source };
+    let error = |source| PoolError::Specs {
+        which,
+        source: Box::new(source),
+    };
     match mode {
         StackMode::Dense => Composite::stack(&parts)
             .map(TensorSpec::Composite)
@@ -39,14 +43,29 @@ impl PoolSpecs {
     pub(crate) fn new(children: &[EnvSpecs], mode: StackMode) -> Result<PoolSpecs, PoolError> {
         let part =
             |f: fn(&EnvSpecs) -> &Composite| children.iter().map(f).cloned().collect::<Vec<_>>();
+        let state_error = |source| PoolError::Specs {
+            which: "state",
+            source: Box::new(source),
+        };
         let mut state = stack("state", part(EnvSpecs::full_state_spec), mode)?;
-        if let Some(composite) = state.as_composite_mut() {
-            composite
+        match state.as_composite_mut() {
+            Some(composite) => composite
                 .set("env_index", TensorSpec::non_tensor(&[children.len()]))
-                .map_err(|source| PoolError::Specs {
-                    which: "state",
-                    source,
-                })?;
+                .map_err(state_error)?,
+            None => {
+                // The envs' state specs differ (a lazy stack): each env's
+                // part carries its own env_index.
+                let parts = children
+                    .iter()
+                    .map(|child| {
+                        let mut composite = child.full_state_spec().clone();
+                        composite.set("env_index", TensorSpec::non_tensor(child.batch_size()))?;
+                        Ok(TensorSpec::Composite(composite))
+                    })
+                    .collect::<Result<Vec<_>, specs::SpecError>>()
+                    .map_err(state_error)?;
+                state = TensorSpec::lazy_stack(parts).map_err(state_error)?;
+            }
         }
         Ok(PoolSpecs {
             action: stack("action", part(EnvSpecs::full_action_spec), mode)?,

@@ -81,11 +81,40 @@ impl Composite {
     /// Sets the spec at `key`, creating composites (with this shape) on its
     /// path. An error naming the key if the key is empty, if a part of its
     /// path is not a composite, or if the spec's shape does not start with
-    /// the shape of the composite it goes into.
+    /// the shape of the composite it goes into; on an error nothing is
+    /// changed (no composite is created on the path).
     pub fn set(&mut self, key: impl KeyLike, spec: TensorSpec) -> Result<(), SpecError> {
         check_key(&key)?;
         let parts = key.key_parts();
-        let (leaf, path) = parts.split_last().expect("checked non-empty");
+        let Some((leaf, path)) = parts.split_last() else {
+            return Err(SpecError::InvalidKey { key: key.to_key() });
+        };
+        // Everything is checked before anything is created: the composites
+        // on the path that exist, then the shape of the one the spec goes
+        // into (composites created on the path get the shape of the last
+        // one that exists).
+        let mut node: &Composite = self;
+        for (depth, part) in path.iter().enumerate() {
+            match node.entries.get(*part) {
+                Some(TensorSpec::Composite(c)) => node = c,
+                Some(other) => {
+                    return Err(SpecError::WrongKind {
+                        key: NestedKey::new(parts.iter().take(depth + 1).copied()),
+                        expected: "composite",
+                        found: other.kind(),
+                    })
+                }
+                None => break,
+            }
+        }
+        let shape = spec.shape();
+        if !shape.starts_with(&node.shape) {
+            return Err(SpecError::ShapePrefix {
+                key: key.to_key(),
+                shape: shape.to_vec(),
+                composite: node.shape.to_vec(),
+            });
+        }
         let mut node = self;
         for (depth, part) in path.iter().enumerate() {
             let shape = node.shape.clone();
@@ -95,22 +124,15 @@ impl Composite {
                 .or_insert_with(|| TensorSpec::Composite(Composite::new(&shape)));
             node = match entry {
                 TensorSpec::Composite(c) => c,
+                // Checked above; kept as an error rather than a panic.
                 other => {
                     return Err(SpecError::WrongKind {
-                        key: NestedKey::new(parts[..=depth].iter().copied()),
+                        key: NestedKey::new(parts.iter().take(depth + 1).copied()),
                         expected: "composite",
                         found: other.kind(),
                     })
                 }
             };
-        }
-        let shape = spec.shape();
-        if !shape.starts_with(&node.shape) {
-            return Err(SpecError::ShapePrefix {
-                key: key.to_key(),
-                shape: shape.to_vec(),
-                composite: node.shape.to_vec(),
-            });
         }
         node.entries.insert((*leaf).to_owned(), spec);
         Ok(())
@@ -138,7 +160,9 @@ impl Composite {
     pub fn spec(&self, key: impl KeyLike) -> Result<&TensorSpec, SpecError> {
         check_key(&key)?;
         let parts = key.key_parts();
-        let (leaf, path) = parts.split_last().expect("checked non-empty");
+        let Some((leaf, path)) = parts.split_last() else {
+            return Err(SpecError::InvalidKey { key: key.to_key() });
+        };
         let mut node = self;
         let not_found = |node: &Composite| SpecError::KeyNotFound {
             key: key.to_key(),
@@ -149,7 +173,7 @@ impl Composite {
                 Some(TensorSpec::Composite(c)) => c,
                 Some(other) => {
                     return Err(SpecError::WrongKind {
-                        key: NestedKey::new(parts[..=depth].iter().copied()),
+                        key: NestedKey::new(parts.iter().take(depth + 1).copied()),
                         expected: "composite",
                         found: other.kind(),
                     })
@@ -346,6 +370,51 @@ mod tests {
             .is_err());
         spec.set(("sub", "x"), TensorSpec::unbounded(&[4, 2], DType::F32))
             .unwrap();
+    }
+
+    #[test]
+    fn a_failed_set_changes_nothing() {
+        // The shape prefix fails after the path: no "next" is left behind.
+        let mut spec = Composite::new(&[4]);
+        let before = spec.clone();
+        let err = spec.set(("next", "obs"), obs()).unwrap_err();
+        assert!(matches!(err, SpecError::ShapePrefix { .. }), "{err:?}");
+        assert_eq!(spec, before);
+        assert!(!spec.contains("next"));
+        // Deeper, below an existing composite with a longer shape.
+        spec.set("sub", Composite::new(&[4, 2]).into()).unwrap();
+        let before = spec.clone();
+        let err = spec
+            .set(("sub", "a", "b"), TensorSpec::unbounded(&[4], DType::F32))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"spec at key ("sub", "a", "b") has shape [4], which does not start with the composite's shape [4, 2]"#
+        );
+        assert_eq!(spec, before);
+        // A leaf on the path, below a part that would be created: nothing
+        // is created either.
+        spec.set("leaf", TensorSpec::unbounded(&[4], DType::F32))
+            .unwrap();
+        let before = spec.clone();
+        assert!(matches!(
+            spec.set(("leaf", "x", "y"), TensorSpec::unbounded(&[4], DType::F32)),
+            Err(SpecError::WrongKind { .. })
+        ));
+        assert_eq!(spec, before);
+        // And a set that succeeds creates the path with the right shape.
+        spec.set(
+            ("sub", "a", "b"),
+            TensorSpec::unbounded(&[4, 2], DType::F32),
+        )
+        .unwrap();
+        assert_eq!(
+            spec.get(("sub", "a"))
+                .map(TensorSpec::shape)
+                .unwrap()
+                .as_slice(),
+            &[4, 2]
+        );
     }
 
     #[test]

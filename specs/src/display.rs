@@ -15,8 +15,11 @@ const SHOWN_BOUNDS: usize = 6;
 /// after [`SHOWN_BOUNDS`] elements).
 fn write_bound(out: &mut String, bound: &Tensor) {
     let (values, more) = element_strings(bound, SHOWN_BOUNDS);
-    if values.len() == 1 || (!values.is_empty() && all_equal(bound)) {
-        out.push_str(&values[0]);
+    if let Some(first) = values
+        .first()
+        .filter(|_| values.len() == 1 || all_equal(bound))
+    {
+        out.push_str(first);
         return;
     }
     out.push('[');

@@ -4,7 +4,9 @@
 
 use std::fmt;
 
-use tensordict::{DType, Element, Shape, Tensor};
+use tensordict::{DType, Element, NonTensor, Shape, Tensor};
+
+use crate::SpecError;
 
 /// An element type with exact integer conversions (`Element::to_f64` is not
 /// exact for large `i64`s).
@@ -106,16 +108,26 @@ macro_rules! with_scalar {
 }
 pub(crate) use with_scalar;
 
-/// The elements of a tensor whose dtype is `T` (checked by the caller).
-pub(crate) fn slice<T: Scalar>(tensor: &Tensor) -> &[T] {
-    tensor
-        .as_slice::<T>()
-        .expect("the caller matched the tensor's dtype")
+/// The elements of a tensor whose dtype is `T` (matched by the caller); an
+/// error for a bool tensor holding a byte other than 0 or 1 (which
+/// [`Tensor::bytes_mut`] can write), so callers that check values look for
+/// those first with [`invalid_bool`].
+pub(crate) fn slice<T: Scalar>(tensor: &Tensor) -> Result<&[T], SpecError> {
+    Ok(tensor.as_slice::<T>()?)
 }
 
-/// A tensor of `shape` holding `values` (their number fills the shape).
-pub(crate) fn tensor_of<T: Scalar>(shape: &[usize], values: Vec<T>) -> Tensor {
-    Tensor::from_vec(shape, values).expect("one value per element")
+/// The first element of a bool tensor that is neither 0 nor 1, with its
+/// byte; `None` for other dtypes.
+pub(crate) fn invalid_bool(tensor: &Tensor) -> Option<(usize, u8)> {
+    if tensor.dtype() != DType::Bool {
+        return None;
+    }
+    tensor
+        .as_bytes()
+        .iter()
+        .enumerate()
+        .find(|(_, &b)| b > 1)
+        .map(|(index, &b)| (index, b))
 }
 
 /// The range `MIN..=MAX` of an integer or bool dtype as `i64`s; `None` for
@@ -133,6 +145,27 @@ pub(crate) fn numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
 }
 
+/// Size in bytes of a tensor of this shape and dtype, `None` if the element
+/// count or the byte size overflows `usize` (as `Tensor::try_zeros`).
+pub(crate) fn tensor_bytes(shape: &[usize], dtype: DType) -> Option<usize> {
+    numel(shape)?.checked_mul(dtype.size())
+}
+
+/// Size in bytes of a non-tensor value of this shape as nested stacks: one
+/// [`NonTensor`] per node, `1 + d0 + d0*d1 + ...` nodes; `None` on overflow
+/// (also when the element count overflows, even after a zero dim, as for
+/// tensors).
+pub(crate) fn non_tensor_bytes(shape: &[usize]) -> Option<usize> {
+    numel(shape)?;
+    let mut nodes = 1usize;
+    let mut level = 1usize;
+    for &d in shape {
+        level = level.checked_mul(d)?;
+        nodes = nodes.checked_add(level)?;
+    }
+    nodes.checked_mul(std::mem::size_of::<NonTensor>())
+}
+
 /// `[n]` followed by `shape`.
 pub(crate) fn prepend(n: usize, shape: &[usize]) -> Shape {
     let mut out = Shape::with_capacity(shape.len() + 1);
@@ -145,7 +178,8 @@ pub(crate) fn prepend(n: usize, shape: &[usize]) -> Shape {
 /// the second value is true if some were left out.
 pub(crate) fn element_strings(tensor: &Tensor, max: usize) -> (Vec<String>, bool) {
     fn strings<T: Scalar>(tensor: &Tensor, max: usize) -> (Vec<String>, bool) {
-        let values = slice::<T>(tensor);
+        // Bound tensors are never bool, so never invalid: `slice` is `Ok`.
+        let values = slice::<T>(tensor).unwrap_or_default();
         let shown = values.iter().take(max).map(T::to_string).collect();
         (shown, values.len() > max)
     }
@@ -188,5 +222,34 @@ mod tests {
         assert!(all_equal(&Tensor::zeros(DType::I16, &[0])));
         assert_eq!(prepend(2, &[3]).as_slice(), &[2, 3]);
         assert_eq!(numel(&[usize::MAX, 2]), None);
+    }
+
+    #[test]
+    fn sizes_overflow_to_none() {
+        assert_eq!(tensor_bytes(&[2, 3], DType::F32), Some(24));
+        assert_eq!(tensor_bytes(&[usize::MAX / 2, 3], DType::U8), None);
+        assert_eq!(tensor_bytes(&[usize::MAX / 2 + 1], DType::I16), None);
+        assert_eq!(tensor_bytes(&[usize::MAX, 2, 0], DType::U8), None);
+        let node = std::mem::size_of::<NonTensor>();
+        assert_eq!(non_tensor_bytes(&[]), Some(node));
+        assert_eq!(non_tensor_bytes(&[2, 3]), Some((1 + 2 + 6) * node));
+        assert_eq!(non_tensor_bytes(&[0, usize::MAX]), Some(node));
+        assert_eq!(non_tensor_bytes(&[usize::MAX]), None);
+        assert_eq!(non_tensor_bytes(&[usize::MAX, 2]), None);
+    }
+
+    #[test]
+    fn invalid_bool_bytes_are_found_not_sliced() {
+        let mut t = Tensor::zeros(DType::Bool, &[3]);
+        t.bytes_mut()[1] = 7;
+        assert_eq!(invalid_bool(&t), Some((1, 7)));
+        let err = slice::<bool>(&t).unwrap_err();
+        assert!(
+            err.to_string().contains("invalid bytes for dtype bool"),
+            "{err}"
+        );
+        assert_eq!(invalid_bool(&Tensor::zeros(DType::U8, &[3])), None);
+        let (shown, _) = element_strings(&t, 2);
+        assert!(shown.is_empty());
     }
 }

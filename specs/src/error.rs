@@ -24,6 +24,35 @@ fn key_name(key: &NestedKey) -> KeyName<'_> {
     KeyName(key)
 }
 
+/// The envs of a containment error as they appear in messages: nothing for
+/// none, `, env 1` for one, `, env [1, 0]` for nested stacks (outermost
+/// first).
+struct EnvName<'a>(&'a [usize]);
+
+impl fmt::Display for EnvName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            [] => Ok(()),
+            [one] => write!(f, ", env {one}"),
+            path => write!(f, ", env {path:?}"),
+        }
+    }
+}
+
+/// Shorthand for [`EnvName`] in `#[error]` attributes.
+fn env_name(env: &[usize]) -> EnvName<'_> {
+    EnvName(env)
+}
+
+/// `:` after an env, to set it off from the mismatch; nothing otherwise.
+fn env_colon(env: &[usize]) -> &'static str {
+    if env.is_empty() {
+        ""
+    } else {
+        ":"
+    }
+}
+
 /// What went wrong with a spec. Each message names the key (`<root>` for the
 /// spec itself), the env index, the shape or the dtype involved.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -39,23 +68,43 @@ pub enum SpecError {
         /// What is wrong.
         reason: String,
     },
-    /// A value that is not in the spec.
-    #[error("value at key {} {mismatch}", key_name(.key))]
+    /// A value that is not in the spec, e.g. `value at key "action" is out
+    /// of bounds: element 0 is 3.5, outside [-2, 2]`, or, inside a stack,
+    /// `value at key "action", env 1: is out of bounds: ...`.
+    #[error(
+        "value at key {}{}{} {mismatch}",
+        key_name(.key),
+        env_name(.env),
+        env_colon(.env)
+    )]
     NotContained {
         /// The value's key (empty for a value checked on its own).
         key: NestedKey,
+        /// The env whose part of the value is not contained, when the spec
+        /// is a stack: the part of a lazy stack ([`StackedSpec`]), or the
+        /// row along dim 0 of a leaf in a composite with a batch shape (a
+        /// dense stack). One index per nested stack, outermost first; empty
+        /// outside stacks. Element and row indices in `mismatch` are then
+        /// within that env's part of the value.
+        ///
+        /// [`StackedSpec`]: crate::StackedSpec
+        env: Box<[usize]>,
         /// Why it is not contained.
         mismatch: Mismatch,
     },
     /// A key of the spec that the checked tensordict lacks.
     #[error(
-        "key {} required by the spec is missing; keys present: [{}]",
+        "key {} required by the spec is missing{}; keys present: [{}]",
         key_name(.key),
+        env_name(.env),
         .available.join(", ")
     )]
     MissingKey {
         /// The missing key.
         key: NestedKey,
+        /// The env whose part of the value lacks the key (see
+        /// [`SpecError::NotContained`]); empty outside stacks.
+        env: Box<[usize]>,
         /// The keys the tensordict has at the level where the key is missing.
         available: Vec<String>,
     },
@@ -158,7 +207,26 @@ pub enum SpecError {
         /// What differs.
         reason: String,
     },
-    /// A tensor operation that failed (a shape too large to allocate).
+    /// A spec too large to stack, or whose value is too large to make:
+    /// stacking gives a shape whose size in bytes overflows `usize`, or
+    /// [`TensorSpec::rand`] / [`TensorSpec::zero`] would make a value of
+    /// more than [`MAX_VALUE_BYTES`] bytes (or a non-tensor of more than
+    /// [`MAX_NON_TENSOR_NDIM`] dims).
+    ///
+    /// [`TensorSpec::rand`]: crate::TensorSpec::rand
+    /// [`TensorSpec::zero`]: crate::TensorSpec::zero
+    /// [`MAX_VALUE_BYTES`]: crate::MAX_VALUE_BYTES
+    /// [`MAX_NON_TENSOR_NDIM`]: crate::MAX_NON_TENSOR_NDIM
+    #[error("spec at key {} is too large: {reason}", key_name(.key))]
+    TooLarge {
+        /// The key of the spec (empty for the spec itself).
+        key: NestedKey,
+        /// The shape of the spec, or of the stack that would be made.
+        shape: Vec<usize>,
+        /// What is too large.
+        reason: String,
+    },
+    /// A tensor operation that failed.
     #[error(transparent)]
     Tensor(#[from] TensorDictError),
 }
@@ -257,12 +325,38 @@ impl SpecError {
         }
     }
 
-    /// A [`SpecError::NotContained`] error.
+    /// A [`SpecError::NotContained`] error outside stacks.
     pub(crate) fn not_contained(key: &NestedKey, mismatch: Mismatch) -> SpecError {
         SpecError::NotContained {
             key: key.clone(),
+            env: Box::default(),
             mismatch,
         }
+    }
+
+    /// A [`SpecError::TooLarge`] error.
+    pub(crate) fn too_large(
+        key: &NestedKey,
+        shape: &[usize],
+        reason: impl Into<String>,
+    ) -> SpecError {
+        SpecError::TooLarge {
+            key: key.clone(),
+            shape: shape.to_vec(),
+            reason: reason.into(),
+        }
+    }
+
+    /// This containment error, as the error of env `env` of a stack: `env`
+    /// goes before the envs the error already names (inner stacks). Other
+    /// errors are returned as they are.
+    pub(crate) fn in_env(mut self, env: usize) -> SpecError {
+        if let SpecError::NotContained { env: path, .. } | SpecError::MissingKey { env: path, .. } =
+            &mut self
+        {
+            *path = std::iter::once(env).chain(path.iter().copied()).collect();
+        }
+        self
     }
 }
 
@@ -276,6 +370,46 @@ mod tests {
         assert_eq!(
             KeyName(&NestedKey::from(("next", "reward"))).to_string(),
             r#"("next", "reward")"#
+        );
+    }
+
+    #[test]
+    fn envs_read_after_the_key() {
+        let mismatch = Mismatch::Shape {
+            expected: vec![3],
+            found: vec![4],
+        };
+        let at = |env: Vec<usize>| SpecError::NotContained {
+            key: NestedKey::from("obs"),
+            env: env.into(),
+            mismatch: mismatch.clone(),
+        };
+        assert_eq!(
+            at(vec![]).to_string(),
+            r#"value at key "obs" has shape [4] but the spec has shape [3]"#
+        );
+        assert_eq!(
+            at(vec![1]).to_string(),
+            r#"value at key "obs", env 1: has shape [4] but the spec has shape [3]"#
+        );
+        assert_eq!(
+            at(vec![2]).in_env(0).to_string(),
+            r#"value at key "obs", env [0, 2]: has shape [4] but the spec has shape [3]"#
+        );
+        let missing = SpecError::MissingKey {
+            key: NestedKey::from("obs"),
+            env: Box::default(),
+            available: vec!["a".into()],
+        };
+        assert_eq!(
+            missing.clone().in_env(3).to_string(),
+            r#"key "obs" required by the spec is missing, env 3; keys present: [a]"#
+        );
+        // Other errors are not containment errors: unchanged.
+        assert_eq!(SpecError::EmptyStack.in_env(1), SpecError::EmptyStack);
+        assert_eq!(
+            SpecError::too_large(&NestedKey::default(), &[2], "why").to_string(),
+            "spec at key <root> is too large: why"
         );
     }
 

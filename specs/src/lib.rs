@@ -16,11 +16,16 @@
 //!   per-element bounds), [`TensorSpec::categorical`],
 //!   [`TensorSpec::one_hot`], [`TensorSpec::binary`],
 //!   [`TensorSpec::multi_categorical`], [`TensorSpec::non_tensor`]; the
-//!   constructors check the spec, so every spec can be sampled.
+//!   constructors check the spec (including that its size fits `usize`;
+//!   [`TensorSpec::try_unbounded`] and [`TensorSpec::try_non_tensor`] are
+//!   the forms that return the error), so every spec can be sampled (up to
+//!   [`MAX_VALUE_BYTES`] per value).
 //! - [`Composite`]: the spec of a tensordict, nested keys included.
 //! - Values: [`TensorSpec::rand`] (from a caller's seeded generator),
-//!   [`TensorSpec::zero`]; containment: [`TensorSpec::check`] and
-//!   [`Composite::check`], with errors that name the key and what is wrong.
+//!   [`TensorSpec::zero`], refused (a typed error) above
+//!   [`MAX_VALUE_BYTES`] rather than left to the allocator; containment:
+//!   [`TensorSpec::check`] and [`Composite::check`], with errors that name
+//!   the key, the env (inside a stack) and what is wrong.
 //! - Stacking across envs along a new leading dim: dense
 //!   ([`TensorSpec::stack`], equal specs; the error names the key and the
 //!   env that differs) and lazy ([`TensorSpec::lazy_stack`], heterogeneous
@@ -69,6 +74,7 @@ pub use tensordict;
 
 pub use crate::composite::Composite;
 pub use crate::error::{Mismatch, SpecError};
+pub use crate::sample::{MAX_NON_TENSOR_NDIM, MAX_VALUE_BYTES};
 pub use crate::spec::{
     Binary, Bounded, Categorical, MultiCategorical, NonTensorSpec, OneHot, TensorSpec, Unbounded,
 };

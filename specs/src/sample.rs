@@ -4,19 +4,125 @@
 use rand::Rng;
 use tensordict::{DType, Entry, NestedKey, NonTensor, Tensor, TensorDict};
 
-use crate::elements::{numel, slice, with_scalar, Scalar};
+use crate::elements::{non_tensor_bytes, numel, slice, tensor_bytes, with_scalar, Scalar};
 use crate::{Composite, SpecError, StackedSpec, TensorSpec};
 
 /// The half-width of the range unbounded integer specs sample from.
 pub(crate) const UNBOUNDED_INT_RANGE: i64 = 10;
 
-/// Number of elements of `shape`, or an error if it overflows.
+/// The most bytes a value made by [`TensorSpec::rand`] or
+/// [`TensorSpec::zero`] (and their `try_` and [`Composite`] forms) may take:
+/// 16 GiB (`1 << 34`), summed over every tensor of the value (a non-tensor
+/// counts `size_of::<NonTensor>()` bytes per node of its nested stacks).
+///
+/// A larger value is refused with [`SpecError::TooLarge`] before anything
+/// is allocated: an allocation that fails aborts the process, which no
+/// caller can handle. [`TensorSpec::bounded`] refuses bounds larger than
+/// this for the same reason, as does stacking bounded specs. Specs
+/// themselves may describe larger values (e.g. for checking them).
+pub const MAX_VALUE_BYTES: u64 = 1 << 34;
+
+/// The most dims of a non-tensor value made by [`TensorSpec::rand`] or
+/// [`TensorSpec::zero`]: 64. A non-tensor of shape `[d0, d1, ...]` is
+/// nested stacks one level per dim, which are built, cloned and dropped
+/// recursively; a deeper one is refused with [`SpecError::TooLarge`] rather
+/// than risk overflowing the stack.
+pub const MAX_NON_TENSOR_NDIM: usize = 64;
+
+/// Number of elements of `shape`, or an error if it overflows (checked
+/// up front by [`value_bytes`]; kept so that no path allocates unchecked).
 fn count(shape: &[usize]) -> Result<usize, SpecError> {
     numel(shape).ok_or_else(|| {
         SpecError::Tensor(tensordict::TensorDictError::ShapeTooLarge {
             shape: shape.to_vec(),
         })
     })
+}
+
+/// `u64` bytes over the limit, as in messages.
+fn over_limit(bytes: u64) -> String {
+    format!("{bytes} bytes, more than MAX_VALUE_BYTES ({MAX_VALUE_BYTES})")
+}
+
+/// An error unless the value of `spec` at `key` fits: its tensors' sizes
+/// summed, each leaf's and the total at most [`MAX_VALUE_BYTES`], every
+/// non-tensor at most [`MAX_NON_TENSOR_NDIM`] dims. Returns the total.
+fn value_bytes(spec: &TensorSpec, key: &NestedKey) -> Result<u64, SpecError> {
+    let leaf = |bytes: Option<usize>, what: String| -> Result<u64, SpecError> {
+        let shape = spec.shape();
+        let bytes = bytes.ok_or_else(|| {
+            SpecError::too_large(key, &shape, format!("{what} overflows usize in size"))
+        })?;
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        if bytes > MAX_VALUE_BYTES {
+            return Err(SpecError::too_large(
+                key,
+                &shape,
+                format!("{what} would take {}", over_limit(bytes)),
+            ));
+        }
+        Ok(bytes)
+    };
+    match spec {
+        TensorSpec::NonTensor(s) => {
+            if s.shape.len() > MAX_NON_TENSOR_NDIM {
+                return Err(SpecError::too_large(
+                    key,
+                    &s.shape,
+                    format!(
+                        "a non-tensor value of {} dims is more than MAX_NON_TENSOR_NDIM ({MAX_NON_TENSOR_NDIM})",
+                        s.shape.len()
+                    ),
+                ));
+            }
+            leaf(
+                non_tensor_bytes(&s.shape),
+                format!("a non-tensor value of shape {:?}", s.shape.as_slice()),
+            )
+        }
+        TensorSpec::Composite(c) => sum_bytes(
+            key,
+            &spec.shape(),
+            c.iter()
+                .map(|(name, entry)| value_bytes(entry, &key.child(name))),
+        ),
+        TensorSpec::Stacked(st) => sum_bytes(
+            key,
+            &spec.shape(),
+            st.parts().iter().map(|part| value_bytes(part, key)),
+        ),
+        tensor => {
+            let (shape, dtype) = (tensor.shape(), tensor.dtype().unwrap_or(DType::F32));
+            leaf(
+                tensor_bytes(&shape, dtype),
+                format!("a tensor of shape {:?} and dtype {dtype}", shape.as_slice()),
+            )
+        }
+    }
+}
+
+/// The sum of the sizes of the entries (or parts) of a value; an error if
+/// one does not fit or the sum is over [`MAX_VALUE_BYTES`].
+fn sum_bytes(
+    key: &NestedKey,
+    shape: &[usize],
+    sizes: impl Iterator<Item = Result<u64, SpecError>>,
+) -> Result<u64, SpecError> {
+    let mut total = 0u64;
+    for size in sizes {
+        total = total.saturating_add(size?);
+    }
+    if total > MAX_VALUE_BYTES {
+        return Err(SpecError::too_large(
+            key,
+            shape,
+            format!(
+                "its value's entries would take {total} bytes in all, more than MAX_VALUE_BYTES \
+                 ({MAX_VALUE_BYTES})"
+            ),
+        ));
+    }
+    Ok(total)
 }
 
 /// A tensor of `shape` whose elements are `f(i)` for each row-major index.
@@ -80,14 +186,20 @@ fn bounded<T: Scalar, R: Rng + ?Sized>(
     low: &Tensor,
     high: &Tensor,
 ) -> Result<Tensor, SpecError> {
-    let (lo, hi) = (slice::<T>(low), slice::<T>(high));
-    tensor_from(low.shape(), |i| {
-        if T::DTYPE.is_float() {
-            T::from_f64(sample_float(rng, lo[i].to_f64(), hi[i].to_f64()))
-        } else {
-            T::from_i64(rng.random_range(lo[i].to_i64()..=hi[i].to_i64()))
-        }
-    })
+    let bounds = slice::<T>(low)?.iter().zip(slice::<T>(high)?);
+    let values: Vec<T> = bounds
+        .map(|(&lo, &hi)| {
+            if T::DTYPE.is_float() {
+                T::from_f64(sample_float(rng, lo.to_f64(), hi.to_f64()))
+            } else {
+                // `lo <= hi`, checked when the spec was made; `min` keeps
+                // the range non-empty regardless.
+                let (lo, hi) = (lo.to_i64(), hi.to_i64());
+                T::from_i64(rng.random_range(lo.min(hi)..=hi))
+            }
+        })
+        .collect();
+    Ok(Tensor::from_vec(low.shape(), values)?)
 }
 
 /// Element `i` in `0..n_of(i)` (every `n_of(i) >= 1`).
@@ -103,17 +215,38 @@ fn one_hot<T: Scalar, R: Rng + ?Sized>(rng: &mut R, shape: &[usize]) -> Result<T
     let n = shape.last().copied().unwrap_or(1).max(1);
     let mut values = vec![T::from_i64(0); count(shape)?];
     for row in values.chunks_exact_mut(n) {
-        row[rng.random_range(0..n)] = T::from_i64(1);
+        if let Some(hot) = row.get_mut(rng.random_range(0..n)) {
+            *hot = T::from_i64(1);
+        }
     }
     Ok(Tensor::from_vec(shape, values)?)
 }
 
-/// `NonTensor::Int(0)` for shape `[]`, nested stacks of it otherwise.
+/// `nvec[i % nvec.len()]`: the number of categories of row-major element
+/// `i` of a multi-categorical value (1 for an empty `nvec`, whose values
+/// have no element).
+pub(crate) fn nvec_at(nvec: &[i64], i: usize) -> i64 {
+    i.checked_rem(nvec.len())
+        .and_then(|j| nvec.get(j))
+        .copied()
+        .unwrap_or(1)
+}
+
+/// `NonTensor::Int(0)` for shape `[]`, nested stacks of it otherwise; built
+/// from the innermost dim out, and only down to the first zero dim (a stack
+/// of no element), so no level is built that the value does not hold.
 fn non_tensor_zero(shape: &[usize]) -> NonTensor {
-    match shape.split_first() {
-        None => NonTensor::Int(0),
-        Some((&len, rest)) => NonTensor::Stack(vec![non_tensor_zero(rest); len]),
+    let (dims, mut value) = match shape.iter().position(|&d| d == 0) {
+        Some(zero) => (
+            shape.get(..zero).unwrap_or_default(),
+            NonTensor::Stack(Vec::new()),
+        ),
+        None => (shape, NonTensor::Int(0)),
+    };
+    for &len in dims.iter().rev() {
+        value = NonTensor::Stack(vec![value; len]);
     }
+    value
 }
 
 /// One value from the values of the parts of a stacked spec at `key`: a
@@ -203,15 +336,21 @@ impl TensorSpec {
     /// If no single value holds the spec's values, which happens only for a
     /// [`StackedSpec`] whose parts' values differ in shape or dtype (a ragged
     /// lazy stack; sample each part with `index(i)` instead, or use
-    /// [`TensorSpec::try_rand`]), or if a shape is too large to allocate.
+    /// [`TensorSpec::try_rand`]), or if the value would take more than
+    /// [`MAX_VALUE_BYTES`] bytes (or hold a non-tensor of more than
+    /// [`MAX_NON_TENSOR_NDIM`] dims).
     pub fn rand<R: Rng + ?Sized>(&self, rng: &mut R) -> Entry {
         self.try_rand(rng).unwrap_or_else(|err| panic!("{err}"))
     }
 
-    /// [`TensorSpec::rand`], with an error instead of a panic for a ragged
-    /// stack ([`SpecError::Ragged`], naming the key).
+    /// [`TensorSpec::rand`], with an error instead of a panic: for a ragged
+    /// stack ([`SpecError::Ragged`], naming the key), and for a value too
+    /// large to make ([`SpecError::TooLarge`], naming the key and the
+    /// shape), checked before anything is allocated or drawn from `rng`.
     pub fn try_rand<R: Rng + ?Sized>(&self, rng: &mut R) -> Result<Entry, SpecError> {
-        self.rand_at(&NestedKey::default(), rng)
+        let key = NestedKey::default();
+        value_bytes(self, &key)?;
+        self.rand_at(&key, rng)
     }
 
     pub(crate) fn rand_at<R: Rng + ?Sized>(
@@ -235,7 +374,7 @@ impl TensorSpec {
             }
             TensorSpec::MultiCategorical(s) => {
                 let nvec = &s.nvec;
-                with_scalar!(s.dtype, T => categories::<T, R>(rng, &s.shape, |i| nvec[i % nvec.len()]))
+                with_scalar!(s.dtype, T => categories::<T, R>(rng, &s.shape, |i| nvec_at(nvec, i)))
             }
             TensorSpec::NonTensor(s) => return Ok(Entry::NonTensor(non_tensor_zero(&s.shape))),
             TensorSpec::Composite(c) => return c.rand_at(key, rng).map(Entry::Dict),
@@ -251,16 +390,18 @@ impl TensorSpec {
     /// [`Entry::Dict`]; stacked: each part's zero, stacked.
     ///
     /// # Panics
-    /// As [`TensorSpec::rand`]: for a ragged stack (see
-    /// [`TensorSpec::try_zero`]).
+    /// As [`TensorSpec::rand`]: for a ragged stack or a value too large to
+    /// make (see [`TensorSpec::try_zero`]).
     pub fn zero(&self) -> Entry {
         self.try_zero().unwrap_or_else(|err| panic!("{err}"))
     }
 
     /// [`TensorSpec::zero`], with an error instead of a panic for a ragged
-    /// stack.
+    /// stack or a value too large to make (as [`TensorSpec::try_rand`]).
     pub fn try_zero(&self) -> Result<Entry, SpecError> {
-        self.zero_at(&NestedKey::default())
+        let key = NestedKey::default();
+        value_bytes(self, &key)?;
+        self.zero_at(&key)
     }
 
     pub(crate) fn zero_at(&self, key: &NestedKey) -> Result<Entry, SpecError> {
@@ -305,16 +446,20 @@ impl Composite {
     /// size; see [`TensorSpec::rand`] for each kind.
     ///
     /// # Panics
-    /// As [`TensorSpec::rand`]: for an entry that is a ragged stack (see
-    /// [`Composite::try_rand`]).
+    /// As [`TensorSpec::rand`]: for an entry that is a ragged stack, or a
+    /// value too large to make (see [`Composite::try_rand`]).
     pub fn rand<R: Rng + ?Sized>(&self, rng: &mut R) -> TensorDict {
         self.try_rand(rng).unwrap_or_else(|err| panic!("{err}"))
     }
 
     /// [`Composite::rand`], with an error naming the key instead of a panic
-    /// for an entry that is a ragged stack.
+    /// for an entry that is a ragged stack, or a value too large to make (an
+    /// entry, or all of them, over [`MAX_VALUE_BYTES`]; checked before
+    /// anything is allocated).
     pub fn try_rand<R: Rng + ?Sized>(&self, rng: &mut R) -> Result<TensorDict, SpecError> {
-        self.rand_at(&NestedKey::default(), rng)
+        let key = NestedKey::default();
+        self.value_bytes(&key)?;
+        self.rand_at(&key, rng)
     }
 
     pub(crate) fn rand_at<R: Rng + ?Sized>(
@@ -338,9 +483,22 @@ impl Composite {
         self.try_zero().unwrap_or_else(|err| panic!("{err}"))
     }
 
-    /// [`Composite::zero`], with an error naming the key instead of a panic.
+    /// [`Composite::zero`], with an error naming the key instead of a panic
+    /// (as [`Composite::try_rand`]).
     pub fn try_zero(&self) -> Result<TensorDict, SpecError> {
-        self.zero_at(&NestedKey::default())
+        let key = NestedKey::default();
+        self.value_bytes(&key)?;
+        self.zero_at(&key)
+    }
+
+    /// [`value_bytes`] for a composite.
+    fn value_bytes(&self, key: &NestedKey) -> Result<u64, SpecError> {
+        sum_bytes(
+            key,
+            self.shape(),
+            self.iter()
+                .map(|(name, entry)| value_bytes(entry, &key.child(name))),
+        )
     }
 
     pub(crate) fn zero_at(&self, prefix: &NestedKey) -> Result<TensorDict, SpecError> {
@@ -510,6 +668,133 @@ mod tests {
         };
         let err = lazy.try_zero().unwrap_err();
         assert!(err.to_string().contains(r#"at key "obs""#), "{err}");
+    }
+
+    #[test]
+    fn values_over_the_limit_are_refused_before_allocating() {
+        // 4 TiB of zeros: refused, not left to the allocator (which aborts).
+        let huge = TensorSpec::unbounded(&[1 << 40], DType::F32);
+        let err = huge.try_zero().unwrap_err();
+        assert!(matches!(err, SpecError::TooLarge { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "spec at key <root> is too large: a tensor of shape [1099511627776] and dtype f32 \
+             would take 4398046511104 bytes, more than MAX_VALUE_BYTES (17179869184)"
+        );
+        assert_eq!(huge.try_rand(&mut rng()).unwrap_err(), err);
+        // Every tensor kind, the same way.
+        for spec in [
+            TensorSpec::categorical(&[1 << 40, 2], DType::I64, 2).unwrap(),
+            TensorSpec::binary(&[1 << 40], DType::U8).unwrap(),
+            TensorSpec::one_hot(&[1 << 40, 2], DType::Bool).unwrap(),
+            TensorSpec::multi_categorical(&[1 << 40, 1], DType::I64, vec![2]).unwrap(),
+        ] {
+            let err = spec.try_rand(&mut rng()).unwrap_err();
+            assert!(
+                err.to_string().contains("more than MAX_VALUE_BYTES"),
+                "{spec}: {err}"
+            );
+            assert!(spec.try_zero().is_err(), "{spec}");
+        }
+        // Exactly at the limit is allowed (checked without allocating).
+        let at_limit = TensorSpec::unbounded(&[1 << 34], DType::U8);
+        assert_eq!(
+            value_bytes(&at_limit, &NestedKey::default()),
+            Ok(MAX_VALUE_BYTES)
+        );
+    }
+
+    #[test]
+    fn non_tensor_values_are_capped_in_size_and_depth() {
+        let wide = TensorSpec::non_tensor(&[1 << 40]);
+        let err = wide.try_zero().unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("spec at key <root> is too large: a non-tensor value of shape [1099511627776] would take"),
+            "{err}"
+        );
+        assert!(wide.try_rand(&mut rng()).is_err());
+        let deep = TensorSpec::non_tensor(&[1; MAX_NON_TENSOR_NDIM + 1]);
+        assert_eq!(
+            deep.try_zero().unwrap_err().to_string(),
+            "spec at key <root> is too large: a non-tensor value of 65 dims is more than \
+             MAX_NON_TENSOR_NDIM (64)"
+        );
+        let ok = TensorSpec::non_tensor(&[1; MAX_NON_TENSOR_NDIM]);
+        assert_eq!(ok.zero().shape().len(), MAX_NON_TENSOR_NDIM);
+        // A zero dim before a huge one: an empty stack, nothing built below.
+        let empty = TensorSpec::non_tensor(&[0, usize::MAX]);
+        assert_eq!(empty.zero(), Entry::NonTensor(NonTensor::Stack(vec![])));
+        let empty = TensorSpec::non_tensor(&[2, 0, usize::MAX]);
+        assert_eq!(
+            empty.try_rand(&mut rng()).unwrap(),
+            Entry::NonTensor(NonTensor::Stack(vec![
+                NonTensor::Stack(vec![]),
+                NonTensor::Stack(vec![])
+            ]))
+        );
+        assert!(empty.is_in(&empty.zero()));
+    }
+
+    #[test]
+    fn composite_and_stacked_values_are_capped_in_all() {
+        // Each entry is 10 GiB, under the limit; both are 20 GiB, over it.
+        let ten_gib = || TensorSpec::unbounded(&[10 << 30], DType::U8);
+        let both = Composite::new(&[])
+            .with("a", ten_gib())
+            .unwrap()
+            .with(("next", "b"), ten_gib())
+            .unwrap();
+        let err = both.try_zero().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "spec at key <root> is too large: its value's entries would take 21474836480 bytes \
+             in all, more than MAX_VALUE_BYTES (17179869184)"
+        );
+        assert!(both.try_rand(&mut rng()).is_err());
+        assert!(TensorSpec::Composite(both).try_zero().is_err());
+        // One entry over the limit: the error names its key.
+        let one = Composite::new(&[])
+            .with(
+                ("next", "obs"),
+                TensorSpec::unbounded(&[1 << 40], DType::F64),
+            )
+            .unwrap();
+        let err = one.try_rand(&mut rng()).unwrap_err();
+        assert!(
+            matches!(&err, SpecError::TooLarge { key, .. } if *key == NestedKey::from(("next", "obs"))),
+            "{err:?}"
+        );
+        assert!(err
+            .to_string()
+            .starts_with(r#"spec at key ("next", "obs") is too large"#));
+        // A lazy stack counts every part.
+        let stacked = TensorSpec::lazy_stack(vec![
+            ten_gib(),
+            TensorSpec::unbounded(&[10 << 30], DType::I8),
+        ])
+        .unwrap();
+        assert!(stacked
+            .try_zero()
+            .unwrap_err()
+            .to_string()
+            .contains("21474836480 bytes in all"));
+    }
+
+    #[test]
+    fn an_empty_nvec_samples_an_empty_value() {
+        let spec = TensorSpec::multi_categorical(&[3, 0], DType::I64, vec![]).unwrap();
+        let value = spec.rand(&mut rng());
+        assert_eq!(value.shape().as_slice(), &[3, 0]);
+        assert!(spec.is_in(&value));
+        assert_eq!(nvec_at(&[], 5), 1);
+        assert_eq!(nvec_at(&[2, 7], 5), 7);
+    }
+
+    #[test]
+    #[should_panic(expected = "spec at key <root> is too large")]
+    fn zero_of_a_value_over_the_limit_panics_with_the_reason() {
+        let _ = TensorSpec::unbounded(&[1 << 40], DType::F32).zero();
     }
 
     #[test]

@@ -4,8 +4,10 @@
 
 use tensordict::{DType, Element, Shape, Tensor};
 
-use crate::elements::{int_range, numel, slice, tensor_of, with_scalar, Scalar};
-use crate::{Composite, SpecError, StackedSpec};
+use crate::elements::{
+    int_range, non_tensor_bytes, numel, slice, tensor_bytes, with_scalar, Scalar,
+};
+use crate::{Composite, SpecError, StackedSpec, MAX_VALUE_BYTES};
 
 /// The spec of one entry of an env's input or output: its shape, dtype and
 /// domain, as TorchRL's `torchrl.data.tensor_specs`.
@@ -214,15 +216,15 @@ impl NonTensorSpec {
     }
 }
 
-/// An error if the shape's size in bytes overflows.
-fn check_size(kind: &'static str, shape: &[usize], dtype: DType) -> Result<(), SpecError> {
-    match numel(shape).and_then(|n| n.checked_mul(dtype.size())) {
-        Some(_) => Ok(()),
-        None => Err(SpecError::invalid(
+/// The size in bytes of a tensor of the shape and dtype; an error naming
+/// the shape if its element count or byte size overflows `usize`.
+fn check_size(kind: &'static str, shape: &[usize], dtype: DType) -> Result<usize, SpecError> {
+    tensor_bytes(shape, dtype).ok_or_else(|| {
+        SpecError::invalid(
             kind,
-            format!("shape {shape:?} is too large"),
-        )),
-    }
+            format!("shape {shape:?} of dtype {dtype} is too large: its size overflows usize"),
+        )
+    })
 }
 
 /// An error unless `dtype` holds every value of `0..n` (integer dtypes, or
@@ -251,7 +253,7 @@ fn check_categories(kind: &'static str, dtype: DType, n: i64) -> Result<(), Spec
 
 /// Checks per-element bounds of one dtype and shape: no NaN, `low <= high`.
 fn check_bound_values<T: Scalar>(low: &Tensor, high: &Tensor) -> Result<(), SpecError> {
-    for (index, (&lo, &hi)) in slice::<T>(low).iter().zip(slice::<T>(high)).enumerate() {
+    for (index, (&lo, &hi)) in slice::<T>(low)?.iter().zip(slice::<T>(high)?).enumerate() {
         if lo.to_f64().is_nan() || hi.to_f64().is_nan() {
             return Err(SpecError::invalid(
                 "bounded",
@@ -270,19 +272,36 @@ fn check_bound_values<T: Scalar>(low: &Tensor, high: &Tensor) -> Result<(), Spec
 
 impl TensorSpec {
     /// The spec of any tensor of this shape and dtype.
+    ///
+    /// # Panics
+    /// If the shape's element count or size in bytes overflows `usize`
+    /// (no tensor has such a shape). For shapes that come from outside, use
+    /// [`TensorSpec::try_unbounded`].
     pub fn unbounded(shape: &[usize], dtype: DType) -> TensorSpec {
-        TensorSpec::Unbounded(Unbounded {
+        TensorSpec::try_unbounded(shape, dtype).unwrap_or_else(|err| panic!("{err}"))
+    }
+
+    /// [`TensorSpec::unbounded`], with an error ([`SpecError::Invalid`],
+    /// naming the shape) instead of a panic for a shape whose size
+    /// overflows.
+    pub fn try_unbounded(shape: &[usize], dtype: DType) -> Result<TensorSpec, SpecError> {
+        check_size("unbounded", shape, dtype)?;
+        Ok(TensorSpec::Unbounded(Unbounded {
             shape: shape.into(),
             dtype,
-        })
+        }))
     }
 
     /// The spec of a float or integer tensor whose every element lies in
     /// `[low, high]`.
     ///
-    /// An error if the dtype is bool, a bound is NaN, `low > high`, or (for
-    /// integer dtypes) a bound is not a whole number in the dtype's range.
-    /// Float bounds may be infinite; they are rounded to the dtype (`f32`).
+    /// An error if the dtype is bool, a bound is NaN, `low > high`, (for
+    /// integer dtypes) a bound is not a whole number in the dtype's range,
+    /// or the bounds (two tensors of the shape, which this makes) would take
+    /// more than [`MAX_VALUE_BYTES`] bytes each. Float bounds may be
+    /// infinite; they are rounded to the dtype (`f32`). For `i64`, whose
+    /// extremes `f64` does not hold exactly, `i64::MAX as f64` stands for
+    /// `i64::MAX`.
     pub fn bounded(
         shape: &[usize],
         dtype: DType,
@@ -309,6 +328,8 @@ impl TensorSpec {
             ));
         }
         if let Some((min, max)) = int_range(dtype) {
+            // For i64, `max as f64` is 2^63 (`i64::MAX as f64`), accepted
+            // as `i64::MAX` (the conversion saturates).
             for (name, bound) in [("low", low), ("high", high)] {
                 let whole = bound.is_finite() && bound.fract() == 0.0;
                 if !whole || bound < min as f64 || bound > max as f64 {
@@ -321,11 +342,20 @@ impl TensorSpec {
                 }
             }
         }
-        check_size(KIND, shape, dtype)?;
+        let bytes = check_size(KIND, shape, dtype)?;
+        if u64::try_from(bytes).map_or(true, |b| b > MAX_VALUE_BYTES) {
+            return Err(SpecError::invalid(
+                KIND,
+                format!(
+                    "the bounds of shape {shape:?} and dtype {dtype} would take {bytes} bytes \
+                     each, more than MAX_VALUE_BYTES ({MAX_VALUE_BYTES})"
+                ),
+            ));
+        }
         let count = numel(shape).unwrap_or(0);
         let (low, high) = with_scalar!(dtype, T => (
-            tensor_of(shape, vec![T::from_f64(low); count]),
-            tensor_of(shape, vec![T::from_f64(high); count]),
+            Tensor::from_vec(shape, vec![T::from_f64(low); count])?,
+            Tensor::from_vec(shape, vec![T::from_f64(high); count])?,
         ));
         Ok(TensorSpec::Bounded(Bounded { low, high }))
     }
@@ -369,8 +399,10 @@ impl TensorSpec {
     /// The spec of integers in `0..n`: `n >= 1`, and the dtype an integer
     /// type that holds `n - 1` (or bool, for `n <= 2`, as TorchRL's done
     /// specs).
+    /// An error if the shape's size overflows `usize`.
     pub fn categorical(shape: &[usize], dtype: DType, n: i64) -> Result<TensorSpec, SpecError> {
         check_categories("categorical", dtype, n)?;
+        check_size("categorical", shape, dtype)?;
         Ok(TensorSpec::Categorical(Categorical {
             shape: shape.into(),
             dtype,
@@ -379,7 +411,8 @@ impl TensorSpec {
     }
 
     /// The spec of one-hot rows along the last dim, whose size is `n` (at
-    /// least 1). The dtype is bool or an integer type.
+    /// least 1). The dtype is bool or an integer type. An error if the
+    /// shape's size overflows `usize`.
     pub fn one_hot(shape: &[usize], dtype: DType) -> Result<TensorSpec, SpecError> {
         const KIND: &str = "one_hot";
         let Some(&last) = shape.last() else {
@@ -397,6 +430,7 @@ impl TensorSpec {
         let n = i64::try_from(last).unwrap_or(i64::MAX);
         // One-hot values are 0 and 1, which every non-float dtype holds.
         check_categories(KIND, dtype, 2)?;
+        check_size(KIND, shape, dtype)?;
         Ok(TensorSpec::OneHot(OneHot {
             shape: shape.into(),
             dtype,
@@ -404,9 +438,11 @@ impl TensorSpec {
         }))
     }
 
-    /// The spec of zeros and ones; the dtype is bool or an integer type.
+    /// The spec of zeros and ones; the dtype is bool or an integer type. An
+    /// error if the shape's size overflows `usize`.
     pub fn binary(shape: &[usize], dtype: DType) -> Result<TensorSpec, SpecError> {
         check_categories("binary", dtype, 2)?;
+        check_size("binary", shape, dtype)?;
         Ok(TensorSpec::Binary(Binary {
             shape: shape.into(),
             dtype,
@@ -415,8 +451,8 @@ impl TensorSpec {
 
     /// The spec of integers whose last dim holds one category per element
     /// of `nvec`: `value[..., i]` in `0..nvec[i]`. The last dim must be
-    /// `nvec.len()`, every `nvec[i] >= 1`, and the dtype must hold every
-    /// `nvec[i] - 1`.
+    /// `nvec.len()`, every `nvec[i] >= 1`, the dtype must hold every
+    /// `nvec[i] - 1`, and the shape's size must not overflow `usize`.
     pub fn multi_categorical(
         shape: &[usize],
         dtype: DType,
@@ -441,13 +477,14 @@ impl TensorSpec {
                 ),
             ));
         }
-        check_categories(KIND, dtype, nvec.iter().copied().max().unwrap_or(1))?;
         if let Some((i, n)) = nvec.iter().enumerate().find(|(_, &n)| n < 1) {
             return Err(SpecError::invalid(
                 KIND,
                 format!("nvec[{i}] must be at least 1, got {n}"),
             ));
         }
+        check_categories(KIND, dtype, nvec.iter().copied().max().unwrap_or(1))?;
+        check_size(KIND, shape, dtype)?;
         Ok(TensorSpec::MultiCategorical(MultiCategorical {
             shape: shape.into(),
             dtype,
@@ -456,10 +493,28 @@ impl TensorSpec {
     }
 
     /// The spec of non-tensor values of this shape.
+    ///
+    /// # Panics
+    /// If the shape's element count, or the size in bytes of a value of it
+    /// as nested stacks, overflows `usize`. For shapes that come from
+    /// outside, use [`TensorSpec::try_non_tensor`].
     pub fn non_tensor(shape: &[usize]) -> TensorSpec {
-        TensorSpec::NonTensor(NonTensorSpec {
+        TensorSpec::try_non_tensor(shape).unwrap_or_else(|err| panic!("{err}"))
+    }
+
+    /// [`TensorSpec::non_tensor`], with an error ([`SpecError::Invalid`],
+    /// naming the shape) instead of a panic for a shape whose size
+    /// overflows.
+    pub fn try_non_tensor(shape: &[usize]) -> Result<TensorSpec, SpecError> {
+        if non_tensor_bytes(shape).is_none() {
+            return Err(SpecError::invalid(
+                "non_tensor",
+                format!("shape {shape:?} is too large: its size overflows usize"),
+            ));
+        }
+        Ok(TensorSpec::NonTensor(NonTensorSpec {
             shape: shape.into(),
-        })
+        }))
     }
 
     /// The shape. For a composite, its batch shape; for a stack of `n`
@@ -672,6 +727,96 @@ mod tests {
             panic!("multi-categorical")
         };
         assert_eq!(m.nvec(), &[2, 3]);
+    }
+
+    #[test]
+    fn every_constructor_refuses_a_shape_whose_size_overflows() {
+        let huge = [usize::MAX, 2];
+        assert_eq!(
+            invalid(TensorSpec::try_unbounded(&huge, DType::F32)),
+            "invalid unbounded spec: shape [18446744073709551615, 2] of dtype f32 is too large: \
+             its size overflows usize"
+        );
+        // The element count fits but the byte size does not.
+        assert!(
+            invalid(TensorSpec::try_unbounded(&[usize::MAX / 2 + 1], DType::I16))
+                .contains("dtype i16 is too large")
+        );
+        assert!(
+            invalid(TensorSpec::categorical(&huge, DType::I64, 2)).starts_with(
+                "invalid categorical spec: shape [18446744073709551615, 2] of dtype i64 is too large"
+            )
+        );
+        assert!(invalid(TensorSpec::binary(&huge, DType::Bool))
+            .starts_with("invalid binary spec: shape [18446744073709551615, 2]"));
+        assert!(invalid(TensorSpec::one_hot(&huge, DType::U8))
+            .starts_with("invalid one_hot spec: shape [18446744073709551615, 2]"));
+        assert!(invalid(TensorSpec::multi_categorical(
+            &[usize::MAX, 1],
+            DType::I64,
+            vec![2]
+        ))
+        .starts_with("invalid multi_categorical spec: shape [18446744073709551615, 1]"));
+        assert_eq!(
+            invalid(TensorSpec::try_non_tensor(&[usize::MAX])),
+            "invalid non_tensor spec: shape [18446744073709551615] is too large: its size \
+             overflows usize"
+        );
+        // A zero dim after an overflowing product is still too large, as
+        // for tensors (`Tensor::try_zeros` refuses it too).
+        assert!(TensorSpec::try_unbounded(&[usize::MAX, 2, 0], DType::U8).is_err());
+        // Large but fitting shapes are specs (only values are capped).
+        TensorSpec::try_unbounded(&[1 << 40], DType::F32).unwrap();
+        TensorSpec::categorical(&[1 << 40], DType::I64, 3).unwrap();
+        TensorSpec::try_non_tensor(&[0, usize::MAX]).unwrap();
+        assert_eq!(
+            TensorSpec::try_unbounded(&[3], DType::F32).unwrap(),
+            TensorSpec::unbounded(&[3], DType::F32)
+        );
+        assert_eq!(
+            TensorSpec::try_non_tensor(&[2]).unwrap(),
+            TensorSpec::non_tensor(&[2])
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "invalid unbounded spec: shape [18446744073709551615, 2]")]
+    fn unbounded_panics_on_a_shape_whose_size_overflows() {
+        let _ = TensorSpec::unbounded(&[usize::MAX, 2], DType::F32);
+    }
+
+    #[test]
+    #[should_panic(expected = "invalid non_tensor spec: shape [18446744073709551615]")]
+    fn non_tensor_panics_on_a_shape_whose_size_overflows() {
+        let _ = TensorSpec::non_tensor(&[usize::MAX]);
+    }
+
+    #[test]
+    fn bounded_refuses_bounds_over_the_value_limit() {
+        // 2^40 f32 bounds would be 4 TiB each: refused before allocating.
+        assert_eq!(
+            invalid(TensorSpec::bounded(&[1 << 40], DType::F32, 0.0, 1.0)),
+            "invalid bounded spec: the bounds of shape [1099511627776] and dtype f32 would take \
+             4398046511104 bytes each, more than MAX_VALUE_BYTES (17179869184)"
+        );
+        // i64::MAX as f64 (2^63) stands for i64::MAX; the next f64 is out.
+        let spec = TensorSpec::bounded(&[1], DType::I64, 0.0, i64::MAX as f64).unwrap();
+        let TensorSpec::Bounded(b) = spec else {
+            panic!("bounded")
+        };
+        assert_eq!(b.high().to_vec::<i64>().unwrap(), vec![i64::MAX]);
+        assert!(TensorSpec::bounded(&[1], DType::I64, 0.0, 2f64.powi(63) * 1.01).is_err());
+    }
+
+    #[test]
+    fn multi_categorical_names_a_bad_nvec_element_first() {
+        assert_eq!(
+            invalid(TensorSpec::multi_categorical(&[1], DType::I64, vec![0])),
+            "invalid multi_categorical spec: nvec[0] must be at least 1, got 0"
+        );
+        // An empty last dim: no element, no category; fine.
+        let empty = TensorSpec::multi_categorical(&[3, 0], DType::I64, vec![]).unwrap();
+        assert_eq!(empty.shape().as_slice(), &[3, 0]);
     }
 
     #[test]

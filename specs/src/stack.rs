@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use tensordict::{NestedKey, Shape, Tensor};
 
-use crate::elements::prepend;
-use crate::{Bounded, Composite, SpecError, StackedSpec, TensorSpec};
+use crate::elements::{non_tensor_bytes, prepend, tensor_bytes};
+use crate::{Bounded, Composite, SpecError, StackedSpec, TensorSpec, MAX_VALUE_BYTES};
 
 /// A one-line description of a spec for messages: its `Display`, or its
 /// kind and shape for composites and stacks.
@@ -62,15 +62,18 @@ fn composite_difference(
         (None, Some(kb)) => Some((kb, false)),
         (None, None) => None,
     };
+    // `brief` of the spec at a key one of them has (it always does).
+    let brief_of =
+        |map: &BTreeMap<String, TensorSpec>, k: &str| map.get(k).map(brief).unwrap_or_default();
     for (name, spec_a) in a {
         if let Some((missing_key, in_first)) = missing {
             if missing_key <= name {
                 let reason = if in_first {
-                    format!("lacks this key (env 0 has {})", brief(&a[missing_key]))
+                    format!("lacks this key (env 0 has {})", brief_of(a, missing_key))
                 } else {
                     format!(
                         "has this key ({}) but env 0 does not",
-                        brief(&b[missing_key])
+                        brief_of(b, missing_key)
                     )
                 };
                 return Some((key.child(missing_key), reason));
@@ -87,7 +90,7 @@ fn composite_difference(
             key.child(missing_key),
             format!(
                 "has this key ({}) but env 0 does not",
-                brief(&b[missing_key])
+                brief_of(b, missing_key)
             ),
         )
     })
@@ -127,10 +130,13 @@ fn drop_dim0(
 /// Lazily stacks `specs` (at least one, top-level checks done): dense where
 /// they are equal, key by key for composites of one shape and one key set,
 /// parts kept otherwise.
-fn lazy(specs: Vec<TensorSpec>) -> Result<TensorSpec, SpecError> {
+fn lazy(key: &NestedKey, specs: Vec<TensorSpec>) -> Result<TensorSpec, SpecError> {
     let n = specs.len();
-    if specs.iter().all(|s| s == &specs[0]) {
-        return specs[0].expand(n);
+    let Some(first) = specs.first() else {
+        return Err(SpecError::EmptyStack);
+    };
+    if specs.iter().all(|s| s == first) {
+        return first.expand_at(key, n);
     }
     let mergeable = match specs.first() {
         Some(TensorSpec::Composite(first)) => specs.iter().all(|s| {
@@ -152,11 +158,15 @@ fn lazy(specs: Vec<TensorSpec>) -> Result<TensorSpec, SpecError> {
             maps.push(entries);
         }
     }
-    let names: Vec<String> = maps[0].keys().cloned().collect();
+    let names: Vec<String> = maps
+        .first()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
     let mut entries = BTreeMap::new();
     for name in names {
         let parts: Vec<TensorSpec> = maps.iter_mut().filter_map(|m| m.remove(&name)).collect();
-        entries.insert(name, lazy(parts)?);
+        let spec = lazy(&key.child(&name), parts)?;
+        entries.insert(name, spec);
     }
     Ok(TensorSpec::Composite(Composite::from_parts(
         prepend(n, &shape),
@@ -164,24 +174,64 @@ fn lazy(specs: Vec<TensorSpec>) -> Result<TensorSpec, SpecError> {
     )))
 }
 
+/// `[n]` before the shape of a leaf spec at `key`; an error naming the key
+/// if a value of the stacked shape would have a size that overflows
+/// `usize` (`dtype` `None` for a non-tensor), or for bounds (which stacking
+/// copies) over [`MAX_VALUE_BYTES`].
+fn stacked_shape(
+    key: &NestedKey,
+    n: usize,
+    shape: &[usize],
+    dtype: Option<tensordict::DType>,
+    materialized: bool,
+) -> Result<Shape, SpecError> {
+    let stacked = prepend(n, shape);
+    let bytes = match dtype {
+        Some(dtype) => tensor_bytes(&stacked, dtype),
+        None => non_tensor_bytes(&stacked),
+    };
+    let Some(bytes) = bytes else {
+        return Err(SpecError::too_large(
+            key,
+            &stacked,
+            format!("stacking {n} gives shape {stacked:?}, whose size overflows usize"),
+        ));
+    };
+    if materialized && u64::try_from(bytes).map_or(true, |b| b > MAX_VALUE_BYTES) {
+        return Err(SpecError::too_large(
+            key,
+            &stacked,
+            format!(
+                "stacking {n} gives bounds of shape {stacked:?} that would take {bytes} bytes \
+                 each, more than MAX_VALUE_BYTES ({MAX_VALUE_BYTES})"
+            ),
+        ));
+    }
+    Ok(stacked)
+}
+
 impl TensorSpec {
-    /// `n` copies of this spec stacked along a new leading dim.
-    pub(crate) fn expand(&self, n: usize) -> Result<TensorSpec, SpecError> {
+    /// `n` copies of this spec (at `key`, for errors) stacked along a new
+    /// leading dim; an error if the stacked shape is too large.
+    pub(crate) fn expand_at(&self, key: &NestedKey, n: usize) -> Result<TensorSpec, SpecError> {
         let mut spec = self.clone();
+        let dtype = self.dtype();
+        let grow = |shape: &Shape| stacked_shape(key, n, shape, dtype, false);
         match &mut spec {
-            TensorSpec::Unbounded(s) => s.shape = prepend(n, &s.shape),
+            TensorSpec::Unbounded(s) => s.shape = grow(&s.shape)?,
             TensorSpec::Bounded(s) => {
+                stacked_shape(key, n, s.shape(), dtype, true)?;
                 *s = Bounded {
                     low: Tensor::stack(&vec![s.low.clone(); n])?,
                     high: Tensor::stack(&vec![s.high.clone(); n])?,
                 }
             }
-            TensorSpec::Categorical(s) => s.shape = prepend(n, &s.shape),
-            TensorSpec::OneHot(s) => s.shape = prepend(n, &s.shape),
-            TensorSpec::Binary(s) => s.shape = prepend(n, &s.shape),
-            TensorSpec::MultiCategorical(s) => s.shape = prepend(n, &s.shape),
-            TensorSpec::NonTensor(s) => s.shape = prepend(n, &s.shape),
-            TensorSpec::Composite(c) => *c = c.expand(n)?,
+            TensorSpec::Categorical(s) => s.shape = grow(&s.shape)?,
+            TensorSpec::OneHot(s) => s.shape = grow(&s.shape)?,
+            TensorSpec::Binary(s) => s.shape = grow(&s.shape)?,
+            TensorSpec::MultiCategorical(s) => s.shape = grow(&s.shape)?,
+            TensorSpec::NonTensor(s) => s.shape = grow(&s.shape)?,
+            TensorSpec::Composite(c) => *c = c.expand_at(key, n)?,
             TensorSpec::Stacked(_) => {
                 return Ok(TensorSpec::Stacked(StackedSpec::new(vec![
                     self.clone();
@@ -225,7 +275,7 @@ impl TensorSpec {
                 return Err(SpecError::StackMismatch { key, index, reason });
             }
         }
-        first.expand(specs.len())
+        first.expand_at(&NestedKey::default(), specs.len())
     }
 
     /// Stacks specs that may differ (one per env) along a new leading dim:
@@ -272,7 +322,7 @@ impl TensorSpec {
                 }
             }
         }
-        lazy(specs)
+        lazy(&NestedKey::default(), specs)
     }
 
     /// One env's spec back from a stack: row `index` along dim 0 (the
@@ -321,12 +371,13 @@ impl TensorSpec {
 }
 
 impl Composite {
-    /// `n` copies of this composite stacked along a new leading dim.
-    pub(crate) fn expand(&self, n: usize) -> Result<Composite, SpecError> {
+    /// `n` copies of this composite (at `prefix`, for errors) stacked along
+    /// a new leading dim.
+    pub(crate) fn expand_at(&self, prefix: &NestedKey, n: usize) -> Result<Composite, SpecError> {
         let entries = self
             .entries()
             .iter()
-            .map(|(name, spec)| Ok((name.clone(), spec.expand(n)?)))
+            .map(|(name, spec)| Ok((name.clone(), spec.expand_at(&prefix.child(name), n)?)))
             .collect::<Result<_, SpecError>>()?;
         Ok(Composite::from_parts(prepend(n, self.shape()), entries))
     }
@@ -344,7 +395,7 @@ impl Composite {
                 return Err(SpecError::StackMismatch { key, index, reason });
             }
         }
-        first.expand(parts.len())
+        first.expand_at(&NestedKey::default(), parts.len())
     }
 
     /// One env's composite back from a stacked one: its shape without dim 0
@@ -543,6 +594,63 @@ mod tests {
         let twice = TensorSpec::stack(&vec![ragged.clone(); 2]).unwrap();
         assert_eq!(twice.shape().as_slice(), &[2, 2]);
         assert_eq!(twice.index(1).unwrap(), ragged);
+    }
+
+    #[test]
+    fn stacks_whose_size_overflows_are_errors_naming_the_key() {
+        // The element count of one env fits; that of two does not.
+        let big = TensorSpec::try_unbounded(&[usize::MAX / 2 + 1], DType::U8).unwrap();
+        let err = TensorSpec::stack(&[big.clone(), big.clone()]).unwrap_err();
+        assert!(matches!(err, SpecError::TooLarge { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "spec at key <root> is too large: stacking 2 gives shape [2, 9223372036854775808], \
+             whose size overflows usize"
+        );
+        let env = Composite::new(&[]).with("obs", big.clone()).unwrap();
+        let err = Composite::stack(&[env.clone(), env.clone()]).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with(r#"spec at key "obs" is too large"#),
+            "{err}"
+        );
+        let err = TensorSpec::lazy_stack(vec![env.clone().into(), env.into()]).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with(r#"spec at key "obs" is too large"#),
+            "{err}"
+        );
+        let nt = TensorSpec::try_non_tensor(&[usize::MAX / 64]).unwrap();
+        assert!(TensorSpec::stack(&[nt.clone(), nt]).is_err());
+        for spec in [
+            TensorSpec::categorical(&[usize::MAX / 2 + 1], DType::U8, 2).unwrap(),
+            TensorSpec::binary(&[usize::MAX / 2 + 1], DType::U8).unwrap(),
+            TensorSpec::one_hot(&[usize::MAX / 2 + 1], DType::U8).unwrap(),
+            TensorSpec::multi_categorical(&[usize::MAX / 4 + 1, 2], DType::U8, vec![2, 2]).unwrap(),
+        ] {
+            assert!(
+                matches!(
+                    TensorSpec::stack(&[spec.clone(), spec.clone()]),
+                    Err(SpecError::TooLarge { .. })
+                ),
+                "{spec}"
+            );
+        }
+        // Stacked bounds are copied, so they are capped as values are.
+        let err = stacked_shape(&NestedKey::from("a"), 1 << 32, &[2], Some(DType::F64), true)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"spec at key "a" is too large: stacking 4294967296 gives bounds of shape [4294967296, 2] that would take 68719476736 bytes each, more than MAX_VALUE_BYTES (17179869184)"#
+        );
+        assert!(stacked_shape(
+            &NestedKey::from("a"),
+            1 << 32,
+            &[2],
+            Some(DType::F64),
+            false
+        )
+        .is_ok());
     }
 
     #[test]

@@ -248,6 +248,34 @@ proptest! {
     }
 
     #[test]
+    fn checking_arbitrary_bytes_never_panics(
+        spec in leaf(),
+        k in 1usize..3,
+        seed in any::<u64>(),
+        bytes in prop::collection::vec(any::<u8>(), 0..64),
+    ) {
+        // A tensor of the spec's shape and dtype whose bytes are anything
+        // (bool bytes other than 0 or 1 included, which `bytes_mut` allows):
+        // on its own and as a row of a dense stack, contained or a typed
+        // error, never a panic.
+        let Some(dtype) = spec.dtype() else { return Ok(()) };
+        let mut tensor = Tensor::zeros(dtype, &spec.shape());
+        for (b, &v) in tensor.bytes_mut().iter_mut().zip(bytes.iter().cycle()) {
+            *b = v;
+        }
+        let entry = tensordict::Entry::Tensor(tensor.clone());
+        let _ = spec.check(&Default::default(), &entry);
+        let env = Composite::new(&[]).with("x", spec.clone()).unwrap();
+        let batch = Composite::stack(&vec![env; k]).unwrap();
+        let mut td = batch.rand(&mut StdRng::seed_from_u64(seed));
+        let stacked = Tensor::stack(&vec![tensor; k]).unwrap();
+        td.set("x", stacked).unwrap();
+        if let Err(err) = batch.check(&td) {
+            prop_assert!(err.to_string().contains(r#"key "x""#), "{}", err);
+        }
+    }
+
+    #[test]
     fn dense_stacks_of_different_specs_name_the_env(a in spec(), b in spec()) {
         prop_assume!(a != b);
         let err = TensorSpec::stack(&[a.clone(), a, b]).unwrap_err();

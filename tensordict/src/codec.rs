@@ -283,7 +283,9 @@ impl<'a> Reader<'a> {
             let d = u64::from_le_bytes(self.array(what)?);
             let d = usize::try_from(d).map_err(|_| DecodeError::Invalid {
                 at,
-                source: TensorDictError::ShapeTooLarge { shape: vec![] },
+                source: TensorDictError::ShapeTooLarge {
+                    shape: shape.iter().copied().chain([usize::MAX]).collect(),
+                },
             })?;
             shape.push(d);
         }

@@ -17,6 +17,14 @@ const LINEAR_SCAN_MAX: usize = 16;
 /// copy no key bytes.
 pub(crate) type Name = Arc<str>;
 
+/// Whether two keys are equal: lengths first, then the bytes in an inlined
+/// loop (keys are short; a `memcmp` call costs more than the comparison).
+#[inline]
+pub(crate) fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && (std::ptr::eq(a.as_ptr(), b.as_ptr()) || a.bytes().zip(b.bytes()).all(|(x, y)| x == y))
+}
+
 /// Entries sorted by key, each key once.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub(crate) struct Entries(Vec<(Name, Entry)>);
@@ -26,7 +34,7 @@ impl Entries {
     pub(crate) fn position(&self, key: &str) -> Result<usize, usize> {
         if self.0.len() <= LINEAR_SCAN_MAX {
             for (i, (k, _)) in self.0.iter().enumerate() {
-                if k.len() == key.len() && **k == *key {
+                if same_name(k, key) {
                     return Ok(i);
                 }
             }

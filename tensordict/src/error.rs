@@ -75,6 +75,14 @@ pub enum TensorDictError {
         /// What the tensor at `index` has.
         found: String,
     },
+    /// A copy between tensors of different shapes or dtypes.
+    #[error("cannot copy a tensor of {found} into one of {expected}")]
+    CopyMismatch {
+        /// The destination's shape and dtype.
+        expected: String,
+        /// The source's shape and dtype.
+        found: String,
+    },
     /// Tensordicts that cannot be stacked densely.
     #[error("cannot stack densely: at key {key}, tensordict {index} {reason}")]
     StackDicts {

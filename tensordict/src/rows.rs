@@ -98,12 +98,6 @@ impl TensorDict {
         }
         Ok(())
     }
-
-    /// The entry named `name` at this level, writable (crate-internal: it
-    /// can change shapes, so callers keep the batch-size invariant).
-    pub(crate) fn entry_mut(&mut self, name: &str) -> Option<&mut Entry> {
-        self.entries_mut().get_mut(name)
-    }
 }
 
 fn row_mismatch(key: NestedKey, row: usize, reason: String) -> TensorDictError {
@@ -157,14 +151,17 @@ fn write_at(
             missing.1.into(),
         ));
     }
-    for (name, entry) in src.iter() {
-        let Some(target) = batch.entry_mut(name) else {
+    // Both levels are sorted by key and of one length: walk them in
+    // lockstep (no lookup per key).
+    for (position, (name, entry)) in src.iter().enumerate() {
+        let (batch_name, target) = batch.entries_mut().at_named_mut(position);
+        if !crate::entries::same_name(batch_name, name) {
             return Err(row_mismatch(
                 prefix.child(name),
                 row,
                 "has this key but the batch does not".into(),
             ));
-        };
+        }
         match (target, entry) {
             (Entry::Tensor(dst), Entry::Tensor(t)) => {
                 if dst.dtype() != t.dtype() || &dst.shape()[1..] != row_shape(t, src_row) {

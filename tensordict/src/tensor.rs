@@ -105,15 +105,22 @@ impl Tensor {
     }
 
     /// A tensor with every element equal to `value`.
+    ///
+    /// # Panics
+    /// If the shape's size in bytes overflows `usize` (use
+    /// [`Tensor::try_full`] for shapes that come from outside).
     pub fn full<T: Element>(shape: &[usize], value: T) -> Tensor {
-        let mut tensor = Tensor::zeros(T::DTYPE, shape);
+        Tensor::try_full(shape, value).expect("shape too large")
+    }
+
+    /// A tensor with every element equal to `value`, or an error if the
+    /// shape's size overflows.
+    pub fn try_full<T: Element>(shape: &[usize], value: T) -> Result<Tensor, TensorDictError> {
+        let mut tensor = Tensor::try_zeros(T::DTYPE, shape)?;
         if value != T::default() {
-            tensor
-                .as_mut_slice::<T>()
-                .expect("dtype matches by construction")
-                .fill(value);
+            tensor.as_mut_slice::<T>()?.fill(value);
         }
-        tensor
+        Ok(tensor)
     }
 
     /// A tensor holding `values` in row-major order; an error if their
@@ -215,7 +222,10 @@ impl Tensor {
     /// Makes this tensor the only owner of the bytes it views, copying them
     /// if the storage is shared (copy on write).
     fn make_unique(&mut self) {
-        if Arc::get_mut(&mut self.storage).is_none() {
+        // The storage is never shared through a `Weak`, so a strong count of
+        // one means no other tensor can see it: a plain load, where
+        // `Arc::get_mut` (below, once) pays an atomic compare-and-swap.
+        if Arc::strong_count(&self.storage) != 1 {
             let mut storage = Storage::zeroed(self.nbytes());
             storage.bytes_mut()[..self.nbytes()].copy_from_slice(self.as_bytes());
             self.storage = Arc::new(storage);
@@ -302,8 +312,7 @@ impl Tensor {
     /// shape, into this tensor (copy on write if shared).
     pub fn copy_from(&mut self, src: &Tensor) -> Result<(), TensorDictError> {
         if src.dtype != self.dtype || src.shape != self.shape {
-            return Err(TensorDictError::StackTensors {
-                index: 1,
+            return Err(TensorDictError::CopyMismatch {
                 expected: describe(self),
                 found: describe(src),
             });
@@ -565,7 +574,12 @@ mod tests {
         dst.copy_from(&Tensor::from_vec(&[2], vec![1.0f32, 2.0]).unwrap())
             .unwrap();
         assert_eq!(dst.to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
-        assert!(dst.copy_from(&Tensor::zeros(DType::F32, &[3])).is_err());
+        let err = dst.copy_from(&Tensor::zeros(DType::F32, &[3])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot copy a tensor of shape [3] and dtype f32 into one of shape [2] and dtype f32"
+        );
+        assert!(Tensor::try_full(&[usize::MAX, 2], 1.0f32).is_err());
     }
 
     #[test]

@@ -372,18 +372,6 @@ impl TensorDict {
         }
     }
 
-    /// The sub-dict at `key`, writable.
-    pub fn dict_mut(&mut self, key: impl KeyLike) -> Result<&mut TensorDict, TensorDictError> {
-        match self.get_mut_or_err(&key)? {
-            Entry::Dict(d) => Ok(d),
-            other => Err(TensorDictError::WrongKind {
-                key: key.to_key(),
-                expected: "tensordict",
-                found: other.kind(),
-            }),
-        }
-    }
-
     /// Removes and returns the entry at `key`, if any.
     pub fn remove(&mut self, key: impl KeyLike) -> Option<Entry> {
         let parts = key.key_parts();

@@ -5,6 +5,7 @@
 //! tests). `cargo xtask bench` runs the benchmarks. The binary needs nothing
 //! but cargo and rustc: it finds the workspace root from its own manifest
 //! directory and runs cargo through `$CARGO`.
+#![forbid(unsafe_code)]
 
 use std::env;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,162 @@
+//! The threading pool against a single-threaded loop over the same envs.
+//!
+//! - `raw`: one thread steps N envs in turn with `step_into` on reused
+//!   buffers: the env's own cost, the baseline.
+//! - `sync_step`: `pool.step` over all N envs.
+//! - `async_half`: steady state of an asynchronous collector: receive the
+//!   first N/2 results (`min_get = max_get = N/2`), send those envs new
+//!   actions.
+//!
+//! Each iteration counts its env-steps as items, so divan prints env-steps
+//! per second; the pool's overhead per env-step is the difference of the
+//! per-item times of `sync_step` (or `async_half`) and `raw`.
+
+use divan::counter::ItemsCount;
+use divan::{black_box, Bencher};
+use envs::{Env, Kwargs};
+use pool::{AsyncEnvPool, Recv, Target};
+use tensordict::{Tensor, TensorDict};
+
+fn main() {
+    divan::main();
+}
+
+const ENVS: &[&str] = &["CartPole-v1", "CountingEnv"];
+
+fn kwargs(name: &str) -> Kwargs {
+    if name == "CountingEnv" {
+        // Never done: the counter runs for the whole benchmark.
+        Kwargs::new().with("max_steps", i64::from(i32::MAX))
+    } else {
+        Kwargs::new()
+    }
+}
+
+fn actions(n: usize) -> TensorDict {
+    let mut td = TensorDict::new(&[n]);
+    td.set("action", Tensor::full(&[n, 1], 1i64))
+        .expect("batch [n]");
+    td
+}
+
+fn pool_of(name: &str, n: usize) -> AsyncEnvPool {
+    let pool = AsyncEnvPool::builder()
+        .registered_n(name, n, kwargs(name))
+        .build()
+        .expect("a pool of reference envs");
+    pool.reset(None).expect("reset");
+    pool
+}
+
+/// The baseline: N envs stepped in turn by one thread, `step_into` on reused
+/// buffers, reset when done.
+#[divan::bench(consts = [1, 8, 64], args = ENVS)]
+fn raw<const N: usize>(bencher: Bencher<'_, '_>, name: &str) {
+    let mut envs: Vec<(Box<dyn Env>, TensorDict, TensorDict)> = (0..N)
+        .map(|_| {
+            let mut env = envs::make(name, &kwargs(name)).expect("env");
+            let mut root = env.reset(None).expect("reset");
+            root.set("action", Tensor::full(&[1], 1i64)).expect("[]");
+            let next = env.step_template();
+            (env, root, next)
+        })
+        .collect();
+    bencher.counter(ItemsCount::new(N)).bench_local(|| {
+        for (env, root, next) in envs.iter_mut() {
+            env.step_into(black_box(root), next).expect("step");
+            if next
+                .tensor("done")
+                .expect("done")
+                .as_slice::<bool>()
+                .expect("bool")[0]
+            {
+                env.reset_into(None, root).expect("reset");
+            }
+        }
+    });
+}
+
+/// `pool.step` over all N envs (a CartPole pole falls within ~10 steps of
+/// pushing right; the envs are reset by the pool's caller when all are done).
+#[divan::bench(consts = [1, 8, 64], args = ENVS)]
+fn sync_step<const N: usize>(bencher: Bencher<'_, '_>, name: &str) {
+    let pool = pool_of(name, N);
+    let td = actions(N);
+    let mut steps = 0u32;
+    bencher.counter(ItemsCount::new(N)).bench_local(|| {
+        let out = pool.step(td.clone()).expect("step");
+        steps += 1;
+        // Keep CartPole's episodes going: reset every 8 steps, outside the
+        // pole's fall (the reset is counted in the time, as a collector pays it).
+        if name == "CartPole-v1" && steps % 8 == 0 {
+            pool.reset(None).expect("reset");
+        }
+        out
+    });
+}
+
+/// An asynchronous collector at steady state: take the first N/2 results,
+/// send those envs new actions.
+#[divan::bench(consts = [8, 64], args = ENVS)]
+fn async_half<const N: usize>(bencher: Bencher<'_, '_>, name: &str) {
+    let pool = AsyncEnvPool::builder()
+        .registered_n(name, N, kwargs(name))
+        .build()
+        .expect("pool");
+    pool.reset(None).expect("reset");
+    // step_and_maybe_reset keeps every episode going by itself.
+    pool.async_step_and_maybe_reset_send(actions(N), Target::All)
+        .expect("send");
+    let half = N / 2;
+    let recv = Recv::new().min_get(half).max_get(half);
+    let half_actions = actions(half);
+    bencher.counter(ItemsCount::new(half)).bench_local(|| {
+        let (step, _root) = pool.async_step_and_maybe_reset_recv(recv).expect("recv");
+        let ids: Vec<usize> = step
+            .get_non_tensor("env_index")
+            .expect("env_index")
+            .as_int_vec()
+            .expect("ints")
+            .into_iter()
+            .map(|i| i as usize)
+            .collect();
+        pool.async_step_and_maybe_reset_send(half_actions.clone(), Target::Envs(ids))
+            .expect("send");
+    });
+}
+
+/// LatencyEnv at 50 us per step (spinning), 8 envs: the pool with 2 worker
+/// threads against one thread stepping them in turn.
+#[divan::bench(args = ["pool_2_threads", "single_thread"])]
+fn latency_50us_8_envs(bencher: Bencher<'_, '_>, how: &str) {
+    let kwargs = Kwargs::new().with("step_us", 50);
+    if how == "single_thread" {
+        let mut envs: Vec<(Box<dyn Env>, TensorDict, TensorDict)> = (0..8)
+            .map(|_| {
+                let mut env = envs::make("LatencyEnv", &kwargs).expect("env");
+                let mut root = env.reset(None).expect("reset");
+                root.set("action", Tensor::full(&[1], 1i64)).expect("[]");
+                let next = env.step_template();
+                (env, root, next)
+            })
+            .collect();
+        bencher.counter(ItemsCount::new(8usize)).bench_local(|| {
+            for (env, root, next) in envs.iter_mut() {
+                env.step_into(black_box(root), next).expect("step");
+            }
+        });
+    } else {
+        let pool = AsyncEnvPool::builder()
+            .registered_n("LatencyEnv", 8, kwargs)
+            .backend(pool::Backend::Threading {
+                threads: std::num::NonZeroUsize::new(2),
+            })
+            .build()
+            .expect("pool");
+        pool.reset(None).expect("reset");
+        let td = actions(8);
+        bencher
+            .counter(ItemsCount::new(8usize))
+            .bench_local(|| pool.step(td.clone()).expect("step"));
+    }
+}

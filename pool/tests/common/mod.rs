@@ -1,0 +1,160 @@
+//! Helpers shared by the pool's integration tests: a watchdog for tests that
+//! could deadlock, builders of action tensordicts, readers of batches, and
+//! the backend-generic conformance suite (`conformance`) with its test envs
+//! (`test_envs`).
+
+// Each test crate uses a subset of these helpers.
+#![allow(dead_code)]
+
+pub(crate) mod conformance;
+pub(crate) mod test_envs;
+
+use std::num::NonZeroUsize;
+use std::panic::resume_unwind;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
+
+use pool::tensordict::{Entry, StackedTensorDict, Tensor, TensorDict};
+use pool::{Backend, PoolBuilder, PoolError};
+
+/// How long a watched test body may run before it is declared deadlocked.
+/// Generous: a slow, loaded machine must never trip it.
+pub(crate) const WATCHDOG: Duration = Duration::from_secs(60);
+
+/// Runs `body` in its own thread and waits for it at most [`WATCHDOG`]:
+/// a body that panics fails the test with its own panic, and one that does
+/// not finish in time fails it with "deadlock?" (the stuck thread is left
+/// behind; the test binary exits anyway).
+pub(crate) fn watchdog<F>(body: F)
+where
+    F: FnOnce() + Send + 'static,
+{
+    let (done, finished) = mpsc::channel::<()>();
+    let handle = std::thread::Builder::new()
+        .name("watched-test-body".into())
+        .spawn(move || {
+            body();
+            // The receiver may be gone if the watchdog already fired.
+            let _ = done.send(());
+        })
+        .expect("spawn the watched test body");
+    match finished.recv_timeout(WATCHDOG) {
+        // Finished, or panicked (its sender was dropped while unwinding).
+        Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+            if let Err(payload) = handle.join() {
+                resume_unwind(payload);
+            }
+        }
+        Err(RecvTimeoutError::Timeout) => {
+            panic!("deadlock? the test body did not finish within {WATCHDOG:?}")
+        }
+    }
+}
+
+/// How a test configures the pool's backend: the conformance suite is
+/// written once and run with each of these (today: worker threads).
+pub(crate) type Configure = fn(PoolBuilder) -> PoolBuilder;
+
+/// The threading backend with `n` worker threads.
+pub(crate) fn threads(n: usize) -> Backend {
+    Backend::Threading {
+        threads: Some(NonZeroUsize::new(n).expect("at least one thread")),
+    }
+}
+
+/// A batch of actions, one row per value: batch size `[len]`, `"action"`
+/// an `i64` tensor of shape `[len, 1]`.
+pub(crate) fn actions(values: &[i64]) -> TensorDict {
+    let mut td = TensorDict::new(&[values.len()]);
+    td.set(
+        "action",
+        Tensor::from_vec(&[values.len(), 1], values.to_vec()).expect("shape fits"),
+    )
+    .expect("batch size fits");
+    td
+}
+
+/// One env's action: batch size `[]`, `"action"` an `i64` of shape `[1]`.
+pub(crate) fn action(value: i64) -> TensorDict {
+    let mut td = TensorDict::new(&[]);
+    td.set(
+        "action",
+        Tensor::from_vec(&[1], vec![value]).expect("shape fits"),
+    )
+    .expect("batch size fits");
+    td
+}
+
+/// The `"env_index"` entry of a batch, as indices.
+pub(crate) fn env_index(batch: &StackedTensorDict) -> Vec<usize> {
+    let value = batch
+        .get_non_tensor("env_index")
+        .unwrap_or_else(|err| panic!("the batch has no env_index: {err}\n{batch}"));
+    value
+        .as_int_vec()
+        .unwrap_or_else(|| panic!("env_index is not a stack of integers: {value}"))
+        .into_iter()
+        .map(|i| usize::try_from(i).expect("a non-negative env index"))
+        .collect()
+}
+
+/// The `"env_index"` of one env's result (or of one row of a batch).
+pub(crate) fn row_env(row: &TensorDict) -> usize {
+    let value = row
+        .non_tensor("env_index")
+        .unwrap_or_else(|err| panic!("the row has no env_index: {err}\n{row}"));
+    let index = value
+        .as_int()
+        .unwrap_or_else(|| panic!("env_index is not an integer: {value}"));
+    usize::try_from(index).expect("a non-negative env index")
+}
+
+/// The rows of a batch (dense or lazy), in order.
+pub(crate) fn rows(batch: &StackedTensorDict) -> Vec<TensorDict> {
+    batch.unbind().expect("a batch has a leading env dim")
+}
+
+/// The single element of the `i32` tensor at `key` (CountingEnv's
+/// observation).
+pub(crate) fn int_at(td: &TensorDict, key: &[&str]) -> i32 {
+    let tensor = td
+        .tensor(key)
+        .unwrap_or_else(|err| panic!("no tensor at {key:?}: {err}\n{td}"));
+    tensor.item::<i32>().expect("one i32")
+}
+
+/// The single element of the `i64` tensor at `key` (an action).
+pub(crate) fn long_at(td: &TensorDict, key: &[&str]) -> i64 {
+    td.tensor(key)
+        .unwrap_or_else(|err| panic!("no tensor at {key:?}: {err}\n{td}"))
+        .item::<i64>()
+        .expect("one i64")
+}
+
+/// The single element of the bool tensor at `key` (a done flag).
+pub(crate) fn flag_at(td: &TensorDict, key: &[&str]) -> bool {
+    td.tensor(key)
+        .unwrap_or_else(|err| panic!("no tensor at {key:?}: {err}\n{td}"))
+        .item::<bool>()
+        .expect("one bool")
+}
+
+/// The shape of the tensor at `key`.
+pub(crate) fn shape_at(td: &TensorDict, key: &[&str]) -> Vec<usize> {
+    match td.get(key) {
+        Some(Entry::Tensor(t)) => t.shape().to_vec(),
+        other => panic!("no tensor at {key:?}: {other:?}"),
+    }
+}
+
+/// The error of `result`, or a panic that shows the value it got instead.
+#[track_caller]
+pub(crate) fn expect_err<T: std::fmt::Debug>(
+    result: Result<T, PoolError>,
+    what: &str,
+) -> PoolError {
+    match result {
+        Ok(value) => panic!("{what}: expected an error, got {value:?}"),
+        Err(err) => err,
+    }
+}
