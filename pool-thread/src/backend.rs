@@ -409,6 +409,36 @@ impl ThreadBackend {
         }
     }
 
+    /// Reads the results of several envs at once, all their slots locked (in
+    /// ascending order) while `read` runs: what a batch gathers column by
+    /// column. An env that failed gives its error. The caller guarantees the
+    /// envs are done and distinct.
+    pub fn peek_many<R>(
+        &self,
+        envs: &[usize],
+        read: impl FnOnce(&[EnvOutput<'_>]) -> R,
+    ) -> Result<R, ThreadError> {
+        let mut order: Vec<usize> = (0..envs.len()).collect();
+        order.sort_by_key(|&j| envs[j]);
+        let mut guards: Vec<Option<MutexGuard<'_, Cell>>> = (0..envs.len()).map(|_| None).collect();
+        for j in order {
+            guards[j] = Some(self.shared.slots[envs[j]].lock());
+        }
+        let cells: Vec<&Cell> = guards.iter().flatten().map(|g| &**g).collect();
+        if let Some(err) = cells.iter().find_map(|cell| cell.error.clone()) {
+            return Err(err);
+        }
+        let outputs: Vec<EnvOutput<'_>> = cells
+            .iter()
+            .map(|cell| EnvOutput {
+                op: cell.op,
+                next: &cell.next,
+                root: &cell.root,
+            })
+            .collect();
+        Ok(read(&outputs))
+    }
+
     /// Marks env `env` idle, dropping its result (after a successful
     /// [`ThreadBackend::peek`]).
     pub fn release(&self, env: usize) {

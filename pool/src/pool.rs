@@ -630,26 +630,43 @@ impl AsyncEnvPool {
             } else {
                 None
             };
-            for (j, (&env, sent)) in taken.envs.iter().zip(&taken.sent).enumerate() {
-                if let Some(batch) = step_batch.as_mut() {
-                    match (&sent.td, sent.row) {
-                        (Some(td), Some(row)) => batch.copy_row(j, td, row)?,
-                        (Some(td), None) => batch.write_row(j, td)?,
-                        (None, _) => {}
+            if let Some(batch) = step_batch.as_mut() {
+                let same_send = taken.sent.iter().all(|s| match (&s.td, &taken.sent[0].td) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                });
+                let in_order = taken.sent.iter().enumerate().all(|(j, s)| s.row == Some(j));
+                match &taken.sent[0].td {
+                    // The sync path: every row of one send, in order. The
+                    // sent tensordict is the root batch itself.
+                    Some(td) if same_send && in_order && td.batch_size().first() == Some(&k) => {
+                        *batch = TensorDict::clone(td);
+                    }
+                    _ => {
+                        for (j, sent) in taken.sent.iter().enumerate() {
+                            match (&sent.td, sent.row) {
+                                (Some(td), Some(row)) => batch.copy_row(j, td, row)?,
+                                (Some(td), None) => batch.write_row(j, td)?,
+                                (None, _) => {}
+                            }
+                        }
                     }
                 }
-                // Read in place; released only once the whole batch is built,
-                // so that a batch that cannot be built loses nothing.
-                backend.peek(env, |out| -> Result<(), PoolError> {
-                    if let Some(next) = next_batch.as_mut() {
-                        next.write_row(j, out.next)?;
-                    }
-                    if let Some(root) = root_batch.as_mut() {
-                        root.write_row(j, out.root)?;
-                    }
-                    Ok(())
-                })??;
             }
+            // Read in place, column by column; the envs are released only
+            // once the whole batch is built, so that a batch that cannot be
+            // built loses nothing.
+            backend.peek_many(&taken.envs, |outputs| -> Result<(), PoolError> {
+                if let Some(next) = next_batch.as_mut() {
+                    let rows: Vec<&TensorDict> = outputs.iter().map(|o| o.next).collect();
+                    next.write_rows(&rows)?;
+                }
+                if let Some(root) = root_batch.as_mut() {
+                    let rows: Vec<&TensorDict> = outputs.iter().map(|o| o.root).collect();
+                    root.write_rows(&rows)?;
+                }
+                Ok(())
+            })??;
             let env_index = NonTensor::from(ids);
             let step = match (step_batch, next_batch) {
                 (Some(mut batch), Some(next)) => {

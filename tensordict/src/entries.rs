@@ -68,6 +68,12 @@ impl Entries {
         &self.0[i].1
     }
 
+    /// The key and entry at position `i`.
+    pub(crate) fn at_named(&self, i: usize) -> (&str, &Entry) {
+        let (name, entry) = &self.0[i];
+        (name, entry)
+    }
+
     /// The key and entry at position `i`, the entry writable.
     pub(crate) fn at_named_mut(&mut self, i: usize) -> (&str, &mut Entry) {
         let (name, entry) = &mut self.0[i];

@@ -41,6 +41,31 @@ impl TensorDict {
         write_at(self, row, src, None, &NestedKey::default())
     }
 
+    /// Writes `rows[j]` into row `j` of this batch, for every `j`: as
+    /// [`TensorDict::write_row`] for each, but column by column, so that each
+    /// tensor of the batch is made writable once, not once per row. Every
+    /// row has exactly the batch's keys, dtypes and row shapes (an error
+    /// naming the first key and row that differ).
+    pub fn write_rows(&mut self, rows: &[&TensorDict]) -> Result<(), TensorDictError> {
+        if self.batch_size().first() != Some(&rows.len()) {
+            return Err(TensorDictError::StackBatchSize {
+                index: 0,
+                expected: self.batch_size().to_vec(),
+                found: vec![rows.len()],
+            });
+        }
+        for (j, row) in rows.iter().enumerate() {
+            if row.batch_size() != &self.batch_size()[1..] {
+                return Err(TensorDictError::StackBatchSize {
+                    index: j,
+                    expected: self.batch_size()[1..].to_vec(),
+                    found: row.batch_size().to_vec(),
+                });
+            }
+        }
+        write_columns(self, rows, &NestedKey::default())
+    }
+
     /// Copies row `src_row` of the batch `src` into row `row` of this batch
     /// (both batches have the same keys and row shapes), without building a
     /// tensordict for the row.
@@ -210,6 +235,121 @@ fn write_at(
     Ok(())
 }
 
+/// Writes `rows[j]` into row `j` of `batch`, one entry (column) at a time.
+fn write_columns(
+    batch: &mut TensorDict,
+    rows: &[&TensorDict],
+    prefix: &NestedKey,
+) -> Result<(), TensorDictError> {
+    for (j, row) in rows.iter().enumerate() {
+        if row.len() != batch.len() {
+            let missing = batch
+                .iter()
+                .map(|(k, _)| k)
+                .find(|k| !row.contains(*k))
+                .map(|k| (k.to_owned(), "lacks this key (the batch has it)"))
+                .or_else(|| {
+                    row.iter()
+                        .map(|(k, _)| k)
+                        .find(|k| !batch.contains(*k))
+                        .map(|k| (k.to_owned(), "has this key but the batch does not"))
+                })
+                .unwrap_or_default();
+            return Err(row_mismatch(prefix.child(&missing.0), j, missing.1.into()));
+        }
+    }
+    for position in 0..batch.len() {
+        let (name, target) = batch.entries_mut().at_named_mut(position);
+        // The same entry of every row, checked against the batch's.
+        let mut column: Vec<&Entry> = Vec::with_capacity(rows.len());
+        for (j, row) in rows.iter().enumerate() {
+            let (row_name, entry) = row.entries().at_named(position);
+            if !crate::entries::same_name(row_name, name) {
+                return Err(row_mismatch(
+                    prefix.child(row_name),
+                    j,
+                    "has this key but the batch does not".into(),
+                ));
+            }
+            column.push(entry);
+        }
+        match target {
+            Entry::Tensor(dst) => {
+                let n = dst.nbytes() / dst.shape()[0].max(1);
+                let (dtype, row_shape) = (dst.dtype(), dst.shape()[1..].to_vec());
+                for (j, entry) in column.iter().enumerate() {
+                    match entry {
+                        Entry::Tensor(t) if t.dtype() == dtype && t.shape() == row_shape.as_slice() => {}
+                        Entry::Tensor(t) => {
+                            return Err(row_mismatch(
+                                prefix.child(name),
+                                j,
+                                format!(
+                                    "has shape {:?} and dtype {} but the batch rows have shape {row_shape:?} and dtype {dtype}",
+                                    t.shape(),
+                                    t.dtype()
+                                ),
+                            ))
+                        }
+                        other => {
+                            return Err(row_mismatch(
+                                prefix.child(name),
+                                j,
+                                format!("is a {} but the batch holds a tensor", other.kind()),
+                            ))
+                        }
+                    }
+                }
+                let bytes = dst.bytes_mut();
+                for (j, entry) in column.iter().enumerate() {
+                    if let Entry::Tensor(t) = entry {
+                        bytes[j * n..(j + 1) * n].copy_from_slice(t.as_bytes());
+                    }
+                }
+            }
+            Entry::NonTensor(NonTensor::Stack(items)) if items.len() == rows.len() => {
+                for (j, entry) in column.iter().enumerate() {
+                    match entry {
+                        Entry::NonTensor(v) => items[j] = v.clone(),
+                        other => {
+                            return Err(row_mismatch(
+                                prefix.child(name),
+                                j,
+                                format!("is a {} but the batch holds a non-tensor", other.kind()),
+                            ))
+                        }
+                    }
+                }
+            }
+            Entry::Dict(dst) => {
+                let mut subs = Vec::with_capacity(rows.len());
+                for (j, entry) in column.iter().enumerate() {
+                    match entry {
+                        Entry::Dict(d) => subs.push(d),
+                        other => {
+                            return Err(row_mismatch(
+                                prefix.child(name),
+                                j,
+                                format!("is a {} but the batch holds a tensordict", other.kind()),
+                            ))
+                        }
+                    }
+                }
+                let key = prefix.child(name);
+                write_columns(dst, &subs, &key)?;
+            }
+            other => {
+                return Err(row_mismatch(
+                    prefix.child(name),
+                    0,
+                    format!("cannot be written: the batch holds a {}", other.kind()),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Fills every entry of `dst` from `batch` (its row `row`, or all of it).
 fn read_at(
     batch: &TensorDict,
@@ -351,6 +491,27 @@ mod tests {
         assert!(err.to_string().contains(r#""zzz""#), "{err}");
         assert!(batch.write_row(2, &step(0.0, 0)).is_err());
         assert!(TensorDict::new(&[]).write_row(0, &step(0.0, 0)).is_err());
+    }
+
+    #[test]
+    fn write_rows_equals_stack_and_names_bad_rows() {
+        let rows = vec![step(0.0, 0), step(1.0, 1), step(2.0, 2)];
+        let mut batch = TensorDict::zeros_stacked(&rows[0], 3).unwrap();
+        batch.write_rows(&rows.iter().collect::<Vec<_>>()).unwrap();
+        assert_eq!(batch, TensorDict::stack(&rows).unwrap());
+        let mut bad = step(3.0, 3);
+        bad.set("observation", Tensor::zeros(DType::F32, &[4]))
+            .unwrap();
+        let err = batch.write_rows(&[&rows[0], &bad, &rows[2]]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(r#"at key "observation", tensordict 1"#),
+            "{err}"
+        );
+        assert!(batch.write_rows(&[&rows[0]]).is_err());
+        let mut extra = step(0.0, 0);
+        extra.set("zzz", Tensor::scalar(1u8)).unwrap();
+        assert!(batch.write_rows(&[&rows[0], &rows[1], &extra]).is_err());
     }
 
     #[test]

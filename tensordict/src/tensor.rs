@@ -13,7 +13,13 @@ pub type Shape = SmallVec<[usize; 4]>;
 
 /// The backing bytes of one or more tensors, kept in `u64` words so that
 /// every dtype is aligned.
+///
+/// Cache-line aligned so that, inside its `Arc`, the reference counts and
+/// the vector's header sit on different lines: a thread reading a tensor's
+/// bytes does not take the counts' line away from the thread that writes it
+/// (whose `Arc::get_mut` updates a count on every write).
 #[derive(Clone)]
+#[repr(align(64))]
 struct Storage {
     words: Vec<u64>,
 }
