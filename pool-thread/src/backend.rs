@@ -207,7 +207,7 @@ impl ThreadBackend {
             .threads
             .map_or(cores.min(slots.len().max(1)), NonZeroUsize::get);
         let receiver_spin = if workers >= cores {
-            std::time::Duration::ZERO
+            std::time::Duration::from_micros(50)
         } else {
             crate::signal::SPIN
         };
