@@ -215,7 +215,9 @@ pub trait Env: Send {
     }
 
     /// Resets, then runs up to `max_steps` steps with `policy`, and stacks
-    /// the steps into a tensordict of batch size `[steps, ..batch]`. With
+    /// the steps into a tensordict of batch size `[steps, ..batch]`: time is
+    /// the first dim (TorchRL puts it last, `[..batch, steps]`; for an
+    /// unbatched env the two agree). With
     /// `break_when_any_done` it stops after the first step where any env is
     /// done; otherwise it resets where done and goes on.
     fn rollout(

@@ -440,12 +440,12 @@ impl ThreadBackend {
     }
 
     /// Marks env `env` idle, dropping its result (after a successful
-    /// [`ThreadBackend::peek`]).
+    /// [`ThreadBackend::peek`]). Takes no lock: the next send overwrites the
+    /// slot's buffers and clears any error.
     pub fn release(&self, env: usize) {
-        let slot = &self.shared.slots[env];
-        let mut cell = slot.lock();
-        cell.error = None;
-        slot.phase.store(IDLE, Ordering::Release);
+        // Release: pairs with the Acquire of the next send's check (through
+        // the facade's book lock) and the worker's Acquire of QUEUED.
+        self.shared.slots[env].phase.store(IDLE, Ordering::Release);
     }
 
     /// Takes env `env`'s result: calls `read` on it while the slot is
