@@ -73,6 +73,8 @@ struct Cell {
     /// The reset output, or the root of the next step.
     root: TensorDict,
     error: Option<ThreadError>,
+    /// What the env is doing (`"reset"` or `"step"`), for a panic's message.
+    during: &'static str,
 }
 
 struct Slot {
@@ -195,6 +197,7 @@ impl ThreadBackend {
                 next: env.step_template(),
                 root: next_root_template(&*env),
                 error: None,
+                during: "reset",
                 env,
             };
             slots.push(Slot {
@@ -531,11 +534,7 @@ fn run_chunk(shared: &Shared, chunk: &[usize]) {
                     Err(payload) => Some(ThreadError::Panicked {
                         env,
                         name: cell.name.clone(),
-                        during: if cell.op == Op::Reset {
-                            "reset"
-                        } else {
-                            "step"
-                        },
+                        during: cell.during,
                         message: panic_message(&*payload),
                     }),
                 };
@@ -556,16 +555,20 @@ fn run_chunk(shared: &Shared, chunk: &[usize]) {
 fn run(cell: &mut Cell) -> Result<(), (&'static str, Box<EnvError>)> {
     match cell.op {
         Op::Reset => {
+            cell.during = "reset";
             let input = cell.reset_with_input.then_some(&cell.input);
             cell.env
                 .reset_into(input, &mut cell.root)
                 .map_err(|e| ("reset", Box::new(e)))
         }
-        Op::Step => cell
-            .env
-            .step_into(&cell.input, &mut cell.next)
-            .map_err(|e| ("step", Box::new(e))),
+        Op::Step => {
+            cell.during = "step";
+            cell.env
+                .step_into(&cell.input, &mut cell.next)
+                .map_err(|e| ("step", Box::new(e)))
+        }
         Op::StepAndMaybeReset => {
+            cell.during = "step";
             cell.env
                 .step_into(&cell.input, &mut cell.next)
                 .map_err(|e| ("step", Box::new(e)))?;
@@ -582,6 +585,7 @@ fn run(cell: &mut Cell) -> Result<(), (&'static str, Box<EnvError>)> {
                 _ => false,
             };
             if done {
+                cell.during = "reset";
                 cell.env
                     .reset_into(None, &mut cell.root)
                     .map_err(|e| ("reset", Box::new(e)))?;
