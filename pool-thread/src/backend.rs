@@ -4,7 +4,7 @@
 use std::any::Any;
 use std::num::NonZeroUsize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -80,6 +80,9 @@ struct Cell {
 struct Slot {
     /// `IDLE`, `QUEUED`, `DONE` or `FAILED`.
     phase: AtomicU8,
+    /// When the last result was published (a generation): receivers that
+    /// take fewer results than are ready take the oldest first.
+    published: AtomicU64,
     cell: Mutex<Cell>,
 }
 
@@ -120,6 +123,11 @@ pub struct EnvOutput<'a> {
 ///
 /// This type does the work; the pool's semantics (busy envs, targets,
 /// `min_get`, ordering, stacking) are the facade's.
+///
+/// # Panics
+/// The methods that take an env index (`templates`, `is_done`, `is_failed`,
+/// `published`, `peek`, `peek_many`, `release`, `take`) panic if it is not
+/// below [`ThreadBackend::num_envs`]; `send` returns an error instead.
 pub struct ThreadBackend {
     shared: Arc<Shared>,
     specs: Vec<EnvSpecs>,
@@ -202,6 +210,7 @@ impl ThreadBackend {
             };
             slots.push(Slot {
                 phase: AtomicU8::new(IDLE),
+                published: AtomicU64::new(0),
                 cell: Mutex::new(cell),
             });
         }
@@ -282,14 +291,31 @@ impl ThreadBackend {
     /// A reset needs no input (`src` may be `None`); a step does.
     ///
     /// Every input is copied before anything is queued, so an invalid input
-    /// queues nothing. The caller guarantees that the envs are idle (the
-    /// facade's busy guard); a send to a busy env is an error naming it.
+    /// queues nothing. A send to an env whose result was not taken, to one
+    /// env twice, or to an env past the last is an error naming it (and
+    /// queues nothing). Sends to one env from several threads at once are
+    /// the caller's to prevent (the facade's busy guard does).
     pub fn send(
         &self,
         op: Op,
         jobs: &[(usize, Option<usize>)],
         src: Option<&TensorDict>,
     ) -> Result<(), ThreadError> {
+        let mut addressed = vec![false; self.num_envs()];
+        for &(env, _) in jobs {
+            if env >= self.num_envs() {
+                return Err(ThreadError::NoSuchEnv {
+                    env,
+                    num_envs: self.num_envs(),
+                });
+            }
+            // Acquire: pairs with the Release of IDLE in `release`/`take`.
+            if std::mem::replace(&mut addressed[env], true)
+                || self.shared.slots[env].phase.load(Ordering::Acquire) != IDLE
+            {
+                return Err(ThreadError::Busy { env });
+            }
+        }
         for &(env, row) in jobs {
             let slot = &self.shared.slots[env];
             let mut cell = slot.lock();
@@ -364,6 +390,12 @@ impl ThreadBackend {
         )
     }
 
+    /// When env `env`'s result was published (a generation; smaller is
+    /// older). Meaningful once [`ThreadBackend::is_done`] is true.
+    pub fn published(&self, env: usize) -> u64 {
+        self.shared.slots[env].published.load(Ordering::Relaxed)
+    }
+
     /// True if env `env` failed and its error is waiting to be taken.
     pub fn is_failed(&self, env: usize) -> bool {
         self.shared.slots[env].phase.load(Ordering::Acquire) == FAILED
@@ -380,16 +412,25 @@ impl ThreadBackend {
         self.shared.done.wait(seen, deadline)
     }
 
+    /// The number of [`ThreadBackend::wake_receivers`] calls so far; read it
+    /// (with [`ThreadBackend::generation`]) before looking at the state a
+    /// wait depends on.
+    pub fn epoch(&self) -> u64 {
+        self.shared.done.epoch()
+    }
+
     /// Waits until the generation reaches `target` (for example the
-    /// generation seen plus the number of results still needed), or the
+    /// generation seen plus the number of results still needed), a
+    /// [`ThreadBackend::wake_receivers`] after `epoch`, a shutdown, or the
     /// deadline; returns the generation then.
     ///
-    /// When the workers are as many as the cores, the caller sleeps at once
-    /// rather than spin: a spinning caller would take a core from a worker.
-    pub fn wait_for(&self, target: u64, deadline: Option<Instant>) -> u64 {
+    /// When the workers are as many as the cores, the caller spins only
+    /// briefly (yielding) before it sleeps: a spinning caller would take a
+    /// core from a worker.
+    pub fn wait_for(&self, target: u64, epoch: u64, deadline: Option<Instant>) -> u64 {
         self.shared
             .done
-            .wait_for(target, deadline, self.shared.receiver_spin)
+            .wait_for(target, epoch, deadline, self.shared.receiver_spin)
     }
 
     /// Reads env `env`'s result without taking it: calls `read` on it while
@@ -542,6 +583,9 @@ fn run_chunk(shared: &Shared, chunk: &[usize]) {
                 cell.error = error;
                 failed
             };
+            // Relaxed: read only after the Acquire of DONE below.
+            slot.published
+                .store(shared.done.generation(), Ordering::Relaxed);
             // Release: the result written under the lock is visible to
             // whoever sees DONE (pairs with the Acquire in `is_done`).
             slot.phase
@@ -586,11 +630,85 @@ fn run(cell: &mut Cell) -> Result<(), (&'static str, Box<EnvError>)> {
             };
             if done {
                 cell.during = "reset";
+                // A batched env resets the rows its "_reset" mask names (the
+                // done flags); its buffer starts as the current root, so the
+                // other rows keep their values. As `Env::step_and_maybe_reset`.
+                let input = if cell.env.batch_size().is_empty() {
+                    None
+                } else {
+                    let mut input = cell.root.clone();
+                    let mask = match cell.next.get("done") {
+                        Some(Entry::Tensor(t)) => t.clone(),
+                        _ => unreachable!("done was read above"),
+                    };
+                    input
+                        .set("_reset", mask)
+                        .map_err(|e| ("reset", Box::new(EnvError::from(e))))?;
+                    Some(input)
+                };
                 cell.env
-                    .reset_into(None, &mut cell.root)
+                    .reset_into(input.as_ref(), &mut cell.root)
                     .map_err(|e| ("reset", Box::new(e)))?;
             }
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envs::CountingEnv;
+    use tensordict::Tensor;
+
+    fn counters(n: usize) -> ThreadBackend {
+        let factories: Vec<EnvFactory> = (0..n)
+            .map(|_| {
+                Box::new(|| Ok(Box::new(CountingEnv::new(0, 1000)) as Box<dyn Env>)) as EnvFactory
+            })
+            .collect();
+        ThreadBackend::start(factories, &ThreadOptions::default()).unwrap()
+    }
+
+    fn wait_done(backend: &ThreadBackend, env: usize) {
+        while !backend.is_done(env) {
+            backend.wait(backend.generation(), None);
+        }
+    }
+
+    #[test]
+    fn sends_to_a_busy_env_twice_or_past_the_last_are_errors() {
+        let backend = counters(2);
+        backend.send(Op::Reset, &[(0, None)], None).unwrap();
+        assert_eq!(
+            backend.send(Op::Reset, &[(0, None)], None),
+            Err(ThreadError::Busy { env: 0 })
+        );
+        wait_done(&backend, 0);
+        backend.take(0, |_| ()).unwrap();
+        assert_eq!(
+            backend.send(Op::Reset, &[(1, None), (1, None)], None),
+            Err(ThreadError::Busy { env: 1 })
+        );
+        let err = backend.send(Op::Reset, &[(2, None)], None).unwrap_err();
+        assert_eq!(err.to_string(), "env index 2 is out of range for 2 envs");
+        // Nothing was queued by the failed sends.
+        assert!(!backend.is_done(1));
+        let mut action = TensorDict::new(&[]);
+        action
+            .set("action", Tensor::from_vec(&[1], vec![1i64]).unwrap())
+            .unwrap();
+        backend.send(Op::Step, &[(0, None)], Some(&action)).unwrap();
+        wait_done(&backend, 0);
+        let count = backend
+            .take(0, |out| {
+                out.next
+                    .tensor("observation")
+                    .unwrap()
+                    .to_vec::<i32>()
+                    .unwrap()
+            })
+            .unwrap();
+        assert_eq!(count, vec![1]);
     }
 }

@@ -60,6 +60,21 @@ pub enum ThreadError {
         /// What is wrong.
         source: Box<TensorDictError>,
     },
+    /// A send to an env whose previous result was not taken, or to one env
+    /// twice.
+    #[error("env {env} is busy (its previous result was not taken) or addressed twice")]
+    Busy {
+        /// The env's index.
+        env: usize,
+    },
+    /// An env index past the last env.
+    #[error("env index {env} is out of range for {num_envs} envs")]
+    NoSuchEnv {
+        /// The index.
+        env: usize,
+        /// The number of envs.
+        num_envs: usize,
+    },
     /// A worker thread could not be started.
     #[error("could not start worker thread {worker}: {message}")]
     Spawn {

@@ -103,13 +103,26 @@ impl Signal {
     /// Waits until the generation differs from `seen` or `deadline` passes;
     /// returns the generation then. Spins briefly before sleeping.
     pub(crate) fn wait(&self, seen: u64, deadline: Option<Instant>) -> u64 {
-        self.wait_for(seen.wrapping_add(1), deadline, SPIN)
+        self.wait_for(seen.wrapping_add(1), self.epoch(), deadline, SPIN)
     }
 
-    /// Waits until the generation reaches `target` or `deadline` passes;
+    /// The number of `wake_all` calls so far: read it before looking at the
+    /// state a wait depends on, and pass it to [`Signal::wait_for`], so that
+    /// a `wake_all` in between is not lost.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the generation reaches `target`, a `wake_all` moves the
+    /// epoch past `epoch`, the signal is closed, or `deadline` passes;
     /// returns the generation then. Spins up to `spin` before sleeping.
-    pub(crate) fn wait_for(&self, target: u64, deadline: Option<Instant>, spin: Duration) -> u64 {
-        let epoch = self.epoch.load(Ordering::SeqCst);
+    pub(crate) fn wait_for(
+        &self,
+        target: u64,
+        epoch: u64,
+        deadline: Option<Instant>,
+        spin: Duration,
+    ) -> u64 {
         let reached = |now: u64| {
             now >= target
                 || self.closed.load(Ordering::SeqCst)

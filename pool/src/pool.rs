@@ -286,6 +286,11 @@ impl AsyncEnvPool {
         self.specs.full_state_spec()
     }
 
+    /// Env `env`'s own batch size (`[]` for a single env).
+    fn env_batch(&self, env: usize) -> &[usize] {
+        self.threads().env_specs()[env].batch_size()
+    }
+
     /// The name of each env.
     pub fn env_names(&self) -> &[String] {
         self.threads().env_names()
@@ -421,14 +426,18 @@ impl AsyncEnvPool {
             }
         }
         if let Err(err) = self.threads().send(op, &jobs, td.as_deref()) {
-            let mut book = self.book();
-            for &(env, _) in &jobs {
-                book.states[env] = EnvState::Idle;
-                book.sent[env] = Sent {
-                    td: None,
-                    row: None,
-                };
+            {
+                let mut book = self.book();
+                for &(env, _) in &jobs {
+                    book.states[env] = EnvState::Idle;
+                    book.sent[env] = Sent {
+                        td: None,
+                        row: None,
+                    };
+                }
             }
+            // A receiver may be waiting for these envs.
+            self.threads().wake_receivers();
             return Err(err.into());
         }
         Ok(())
@@ -450,12 +459,16 @@ impl AsyncEnvPool {
                 });
             }
         }
-        let deadline = recv.timeout.map(|t| start + t);
+        // A timeout too long to represent is no deadline.
+        let deadline = recv.timeout.and_then(|t| start.checked_add(t));
         let limit = recv.max_get.unwrap_or(usize::MAX);
         let backend = self.threads();
         let batch_state = EnvState::InFlight { op, per_env: false };
         loop {
+            // Both read before the book: a result or a wake-up after this
+            // point ends the wait below.
             let generation = backend.generation();
+            let epoch = backend.epoch();
             let mut book = self.book();
             if book.shut_down || backend.is_shut_down() {
                 return Err(PoolError::ShutDown);
@@ -484,7 +497,16 @@ impl AsyncEnvPool {
                 book.states[failed] = EnvState::Taking;
                 drop(book);
                 let result = backend.take(failed, |_| ());
-                self.book().states[failed] = EnvState::Idle;
+                {
+                    let mut book = self.book();
+                    book.states[failed] = EnvState::Idle;
+                    book.sent[failed] = Sent {
+                        td: None,
+                        row: None,
+                    };
+                }
+                // Other receivers may have counted on this result.
+                backend.wake_receivers();
                 return Err(match result {
                     Err(err) => err.into(),
                     Ok(()) => PoolError::NotInFlight {
@@ -499,7 +521,13 @@ impl AsyncEnvPool {
             if enough
                 && (deadline.is_none() || ready.len() >= limit || past_deadline || no_more_coming)
             {
-                ready.truncate(limit);
+                if ready.len() > limit {
+                    // The oldest results first (as a completion queue gives
+                    // them), then in env order.
+                    ready.sort_by_key(|&env| backend.published(env));
+                    ready.truncate(limit);
+                    ready.sort_unstable();
+                }
                 let mut sent = Vec::with_capacity(ready.len());
                 for &env in &ready {
                     book.states[env] = EnvState::Taking;
@@ -523,7 +551,7 @@ impl AsyncEnvPool {
             } else {
                 recv.min_get - ready.len()
             };
-            backend.wait_for(generation + needed as u64, deadline);
+            backend.wait_for(generation + needed as u64, epoch, deadline);
         }
     }
 
@@ -534,7 +562,7 @@ impl AsyncEnvPool {
         env: usize,
         timeout: Option<Duration>,
     ) -> Result<(Sent, bool), PoolError> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         if env >= self.num_envs() {
             return Err(PoolError::EnvOutOfRange {
                 env,
@@ -544,6 +572,7 @@ impl AsyncEnvPool {
         let backend = self.threads();
         loop {
             let generation = backend.generation();
+            let epoch = backend.epoch();
             let mut book = self.book();
             if book.shut_down || backend.is_shut_down() {
                 return Err(PoolError::ShutDown);
@@ -567,10 +596,9 @@ impl AsyncEnvPool {
                 });
             }
             drop(book);
-            if deadline.is_none() && backend.help() {
-                continue;
-            }
-            backend.wait(generation, deadline);
+            // No helping here: a chunk of other envs run on this thread
+            // could keep it long after its own env is done.
+            backend.wait_for(generation + 1, epoch, deadline);
         }
     }
 
@@ -612,7 +640,6 @@ impl AsyncEnvPool {
         taken: &Taken,
     ) -> Result<(StackedTensorDict, Option<StackedTensorDict>), PoolError> {
         let backend = self.threads();
-        let ids: Vec<i64> = taken.envs.iter().map(|&e| e as i64).collect();
         let k = taken.envs.len();
         let first = taken.envs[0];
         let wants_root = op != Op::Step;
@@ -667,7 +694,14 @@ impl AsyncEnvPool {
                 }
                 Ok(())
             })??;
-            let env_index = NonTensor::from(ids);
+            let env_index = NonTensor::Stack(
+                taken
+                    .envs
+                    .iter()
+                    .map(|&env| env_index_value(env, self.env_batch(env)))
+                    .collect(),
+            );
+
             let step = match (step_batch, next_batch) {
                 (Some(mut batch), Some(next)) => {
                     batch.set("next", next)?;
@@ -727,7 +761,7 @@ impl AsyncEnvPool {
         let (next, root) = self
             .threads()
             .peek(env, |out| (out.next.clone(), out.root.clone()))?;
-        let index = NonTensor::Int(env as i64);
+        let index = env_index_value(env, self.env_batch(env));
         if let Some(step) = step.as_mut() {
             step.set("next", next)?;
             step.set("env_index", index.clone())?;
@@ -787,12 +821,16 @@ impl AsyncEnvPool {
         }
     }
 
-    /// Returns taken envs to in flight, their results untouched.
+    /// Returns taken envs to in flight, their results untouched, and wakes
+    /// receivers that may want them.
     fn put_back(&self, op: Op, envs: &[usize], per_env: bool) {
-        let mut book = self.book();
-        for &env in envs {
-            book.states[env] = EnvState::InFlight { op, per_env };
+        {
+            let mut book = self.book();
+            for &env in envs {
+                book.states[env] = EnvState::InFlight { op, per_env };
+            }
         }
+        self.threads().wake_receivers();
     }
 
     fn check_idle(&self, op: Op) -> Result<(), PoolError> {
@@ -945,6 +983,15 @@ impl AsyncEnvPool {
 impl Drop for AsyncEnvPool {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Env `env`'s index shaped like its batch size: the integer itself for an
+/// unbatched env, else a stack of it with one element per sub-env.
+fn env_index_value(env: usize, batch: &[usize]) -> NonTensor {
+    match batch.split_first() {
+        None => NonTensor::Int(env as i64),
+        Some((&n, rest)) => NonTensor::Stack(vec![env_index_value(env, rest); n]),
     }
 }
 

@@ -39,6 +39,13 @@ fn stack(
     }
 }
 
+/// `[num_envs, ..env batch size]`: one env index per sub-env of each env.
+fn env_index_shape(children: &[EnvSpecs]) -> Vec<usize> {
+    let mut shape = vec![children.len()];
+    shape.extend_from_slice(children.first().map_or(&[][..], EnvSpecs::batch_size));
+    shape
+}
+
 impl PoolSpecs {
     pub(crate) fn new(children: &[EnvSpecs], mode: StackMode) -> Result<PoolSpecs, PoolError> {
         let part =
@@ -50,7 +57,10 @@ impl PoolSpecs {
         let mut state = stack("state", part(EnvSpecs::full_state_spec), mode)?;
         match state.as_composite_mut() {
             Some(composite) => composite
-                .set("env_index", TensorSpec::non_tensor(&[children.len()]))
+                .set(
+                    "env_index",
+                    TensorSpec::non_tensor(&env_index_shape(children)),
+                )
                 .map_err(state_error)?,
             None => {
                 // The envs' state specs differ (a lazy stack): each env's

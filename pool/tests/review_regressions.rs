@@ -1,0 +1,198 @@
+//! Regressions found by review of the threading pool: deadlines too long to
+//! represent, `max_get` that starved high-index envs, and envs with a batch
+//! size of their own.
+
+use std::time::Duration;
+
+use pool::envs::{standard_done_spec, CountingEnv, Env, EnvError, EnvSpecs, Kwargs};
+use pool::specs::{Composite, TensorSpec};
+use pool::tensordict::{DType, NonTensor, Tensor, TensorDict};
+use pool::{AsyncEnvPool, Backend, PoolError, Recv, Target};
+
+fn actions(n: usize) -> TensorDict {
+    let mut td = TensorDict::new(&[n]);
+    td.set("action", Tensor::full(&[n, 1], 1i64)).unwrap();
+    td
+}
+
+fn one_thread() -> Backend {
+    Backend::Threading {
+        threads: std::num::NonZeroUsize::new(1),
+    }
+}
+
+#[test]
+fn a_timeout_too_long_to_represent_is_no_deadline() {
+    let pool = AsyncEnvPool::builder()
+        .registered_n("CountingEnv", 2, Kwargs::new())
+        .build()
+        .unwrap();
+    // Nothing in flight: the argument error, not a panic.
+    let err = pool
+        .async_step_recv(Recv::new().timeout(Duration::MAX))
+        .unwrap_err();
+    assert!(matches!(err, PoolError::NotEnoughInFlight { .. }), "{err}");
+    let err = pool
+        .async_step_recv_env(0, Some(Duration::MAX))
+        .unwrap_err();
+    assert!(matches!(err, PoolError::NotInFlight { .. }), "{err}");
+    pool.reset(None).unwrap();
+    pool.async_step_send(actions(2), Target::All).unwrap();
+    let batch = pool
+        .async_step_recv(Recv::all(2).timeout(Duration::MAX))
+        .unwrap();
+    assert_eq!(batch.len(), 2);
+}
+
+#[test]
+fn max_get_takes_the_oldest_results_so_no_env_starves() {
+    let pool = AsyncEnvPool::builder()
+        .backend(one_thread())
+        .registered_n("CountingEnv", 8, Kwargs::new().with("max_steps", 1_000_000))
+        .build()
+        .unwrap();
+    pool.reset(None).unwrap();
+    pool.async_step_send(actions(8), Target::All).unwrap();
+    let mut received = [0u32; 8];
+    for _ in 0..6 {
+        // The learner's own work: every env in flight finishes meanwhile
+        // (if one does not, the check below only gets easier).
+        std::thread::sleep(Duration::from_millis(10));
+        let batch = pool
+            .async_step_recv(Recv::new().min_get(4).max_get(4))
+            .unwrap();
+        let ids: Vec<usize> = batch
+            .get_non_tensor("env_index")
+            .unwrap()
+            .as_int_vec()
+            .unwrap()
+            .into_iter()
+            .map(|i| i as usize)
+            .collect();
+        for &i in &ids {
+            received[i] += 1;
+        }
+        pool.async_step_send(actions(ids.len()), Target::Envs(ids))
+            .unwrap();
+    }
+    assert!(
+        received.iter().all(|&n| n > 0),
+        "some env never received: {received:?}"
+    );
+}
+
+/// Two counters in one env (batch size [2]), each done past its own max.
+struct TwoCounters {
+    count: [i32; 2],
+    max: [i32; 2],
+    specs: EnvSpecs,
+}
+
+impl TwoCounters {
+    fn new() -> TwoCounters {
+        let b = [2usize];
+        let with = |key: &str, spec| Composite::new(&b).with(key, spec).unwrap();
+        TwoCounters {
+            count: [0, 0],
+            max: [1, 100],
+            specs: EnvSpecs::new(
+                &b,
+                with("action", TensorSpec::unbounded(&[2, 1], DType::I64)),
+                with("observation", TensorSpec::unbounded(&[2, 1], DType::I32)),
+                with("reward", TensorSpec::unbounded(&[2, 1], DType::F32)),
+                standard_done_spec(&b).unwrap(),
+                Composite::new(&b),
+            )
+            .unwrap(),
+        }
+    }
+
+    fn write(&self, out: &mut TensorDict) -> Result<(), EnvError> {
+        out.tensor_mut("observation")?
+            .as_mut_slice::<i32>()?
+            .copy_from_slice(&self.count);
+        let done = [self.count[0] > self.max[0], self.count[1] > self.max[1]];
+        out.tensor_mut("done")?
+            .as_mut_slice::<bool>()?
+            .copy_from_slice(&done);
+        out.tensor_mut("terminated")?
+            .as_mut_slice::<bool>()?
+            .copy_from_slice(&done);
+        Ok(())
+    }
+}
+
+impl Env for TwoCounters {
+    fn specs(&self) -> &EnvSpecs {
+        &self.specs
+    }
+    fn set_seed(&mut self, _seed: u64) {}
+    fn reset_into(
+        &mut self,
+        input: Option<&TensorDict>,
+        out: &mut TensorDict,
+    ) -> Result<(), EnvError> {
+        let mask = match input.and_then(|i| i.tensor("_reset").ok()) {
+            Some(mask) => mask.to_vec::<bool>()?,
+            None => vec![true, true],
+        };
+        for (count, reset) in self.count.iter_mut().zip(mask) {
+            if reset {
+                *count = 0;
+            }
+        }
+        self.write(out)
+    }
+    fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
+        let action = input.tensor("action")?.to_vec::<i64>()?;
+        for (count, a) in self.count.iter_mut().zip(action) {
+            *count += a as i32;
+        }
+        self.write(next)
+    }
+}
+
+#[test]
+fn envs_with_a_batch_size_pool_and_reset_only_their_done_rows() {
+    let pool = AsyncEnvPool::builder()
+        .env(|| Ok(Box::new(TwoCounters::new()) as Box<dyn Env>))
+        .env(|| Ok(Box::new(TwoCounters::new()) as Box<dyn Env>))
+        .build()
+        .unwrap();
+    assert_eq!(pool.batch_size(), &[2, 2]);
+    let root = pool.reset(None).unwrap().into_dense().unwrap();
+    assert_eq!(
+        root.non_tensor("env_index").unwrap(),
+        &NonTensor::from(vec![vec![0i64, 0], vec![1, 1]])
+    );
+    let mut td = TensorDict::new(&[2, 2]);
+    td.set("action", Tensor::full(&[2, 2, 1], 1i64)).unwrap();
+    let (_, root) = pool.step_and_maybe_reset(td.clone()).unwrap();
+    let (step, root) = pool
+        .step_and_maybe_reset(
+            root.into_dense()
+                .unwrap()
+                .select(["observation"], true)
+                .map(|mut r| {
+                    r.update(&td).unwrap();
+                    r
+                })
+                .unwrap(),
+        )
+        .unwrap();
+    let step = step.into_dense().unwrap();
+    // Row 0 of each env passed its max (1) at 2 and was reset; row 1 keeps 2.
+    assert_eq!(
+        step.tensor(("next", "observation"))
+            .unwrap()
+            .to_vec::<i32>()
+            .unwrap(),
+        vec![2, 2, 2, 2]
+    );
+    let root = root.into_dense().unwrap();
+    assert_eq!(
+        root.tensor("observation").unwrap().to_vec::<i32>().unwrap(),
+        vec![0, 2, 0, 2]
+    );
+    let _ = CountingEnv::new(0, 1);
+}
