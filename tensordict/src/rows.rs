@@ -149,6 +149,29 @@ fn row_shape(t: &Tensor, row: Option<usize>) -> &[usize] {
     }
 }
 
+/// The error for a row whose keys are not the batch's: names a key that one
+/// side lacks.
+fn key_set_mismatch(
+    batch: &TensorDict,
+    row: &TensorDict,
+    index: usize,
+    prefix: &NestedKey,
+) -> TensorDictError {
+    let (key, reason) = batch
+        .iter()
+        .map(|(k, _)| k)
+        .find(|k| !row.contains(*k))
+        .map(|k| (k, "lacks this key (the batch has it)"))
+        .or_else(|| {
+            row.iter()
+                .map(|(k, _)| k)
+                .find(|k| !batch.contains(*k))
+                .map(|k| (k, "has this key but the batch does not"))
+        })
+        .unwrap_or_default();
+    row_mismatch(prefix.child(key), index, reason.into())
+}
+
 /// Writes `src` (or its row `src_row`) into row `row` of `batch`.
 fn write_at(
     batch: &mut TensorDict,
@@ -158,23 +181,7 @@ fn write_at(
     prefix: &NestedKey,
 ) -> Result<(), TensorDictError> {
     if batch.len() != src.len() {
-        let missing = batch
-            .iter()
-            .map(|(k, _)| k)
-            .find(|k| !src.contains(*k))
-            .map(|k| (k.to_owned(), "lacks this key (the batch has it)"))
-            .or_else(|| {
-                src.iter()
-                    .map(|(k, _)| k)
-                    .find(|k| !batch.contains(*k))
-                    .map(|k| (k.to_owned(), "has this key but the batch does not"))
-            })
-            .unwrap_or_default();
-        return Err(row_mismatch(
-            prefix.child(&missing.0),
-            row,
-            missing.1.into(),
-        ));
+        return Err(key_set_mismatch(batch, src, row, prefix));
     }
     // Both levels are sorted by key and of one length: walk them in
     // lockstep (no lookup per key).
@@ -243,19 +250,7 @@ fn write_columns(
 ) -> Result<(), TensorDictError> {
     for (j, row) in rows.iter().enumerate() {
         if row.len() != batch.len() {
-            let missing = batch
-                .iter()
-                .map(|(k, _)| k)
-                .find(|k| !row.contains(*k))
-                .map(|k| (k.to_owned(), "lacks this key (the batch has it)"))
-                .or_else(|| {
-                    row.iter()
-                        .map(|(k, _)| k)
-                        .find(|k| !batch.contains(*k))
-                        .map(|k| (k.to_owned(), "has this key but the batch does not"))
-                })
-                .unwrap_or_default();
-            return Err(row_mismatch(prefix.child(&missing.0), j, missing.1.into()));
+            return Err(key_set_mismatch(batch, row, j, prefix));
         }
     }
     for position in 0..batch.len() {
