@@ -14,28 +14,23 @@
 //!   returning a torn result.
 //!
 //! It sits just above `tensordict` in the layers and knows nothing of
-//! environments or pools. It is not written yet: see the project's issue
-//! tracker ("`exchange`: shared-memory slots with a seqlock readiness clock").
-//!
-//! What a schema will be read from: the leaves of a template tensordict,
-//! each with its key, dtype and shape, in a deterministic order.
-//!
-//! ```
-//! use tensordict::{DType, Tensor, TensorDict};
-//! # fn main() -> Result<(), tensordict::TensorDictError> {
-//! let mut template = TensorDict::new(&[]);
-//! template.set("observation", Tensor::zeros(DType::U8, &[84, 84, 4]))?;
-//! template.set(("next", "reward"), Tensor::zeros(DType::F32, &[1]))?;
-//! let layout: Vec<(String, DType, Vec<usize>)> = template
-//!     .items(true, true)
-//!     .into_iter()
-//!     .filter_map(|(key, entry)| {
-//!         let t = entry.as_tensor()?;
-//!         Some((key.to_string(), t.dtype(), t.shape().to_vec()))
-//!     })
-//!     .collect();
-//! assert_eq!(layout[0], (r#"("next", "reward")"#.to_string(), DType::F32, vec![1]));
-//! assert_eq!(layout[1].2, vec![84, 84, 4]);
-//! # Ok(()) }
-//! ```
-#![forbid(unsafe_code)]
+//! environments or pools. It is being built: see the project's issue tracker
+//! ("`exchange`: shared-memory slots with a seqlock readiness clock").
+
+mod error;
+mod futex;
+mod layout;
+mod primitive;
+#[cfg(not(loom))]
+mod region;
+mod schema;
+mod seqlock;
+
+pub use crate::error::{LayoutError, SchemaDecodeError, SchemaError};
+pub use crate::layout::{
+    Area, Layout, CACHE_LINE, FIELD_ALIGN, MAX_AREA_FIELDS, MAX_SLOTS, SLOTS_OFFSET,
+    SLOT_HEADER_SIZE,
+};
+#[cfg(not(loom))]
+pub use crate::region::{Region, RegionError};
+pub use crate::schema::{Field, Schema};

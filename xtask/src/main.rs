@@ -1,8 +1,9 @@
 //! Developer commands for the rlpool workspace (the cargo-xtask pattern).
 //!
 //! `cargo xtask test-all` runs every check we have: formatting, clippy with
-//! warnings denied, and the whole test suite (unit, integration and doc
-//! tests). `cargo xtask bench` runs the benchmarks. The binary needs nothing
+//! warnings denied, the whole test suite (unit, integration and doc tests)
+//! and the loom models of the exchange protocol (`cargo xtask loom`).
+//! `cargo xtask bench` runs the benchmarks. The binary needs nothing
 //! but cargo and rustc: it finds the workspace root from its own manifest
 //! directory and runs cargo through `$CARGO`.
 #![forbid(unsafe_code)]
@@ -17,9 +18,11 @@ usage: cargo xtask <command>
 
 commands:
   test-all   cargo fmt --check, cargo clippy (warnings denied), cargo test --workspace,
-             cargo doc (warnings denied), the benchmarks once in test mode
+             cargo doc (warnings denied), the benchmarks once in test mode, loom
   bench      run the benchmarks (divan) of every crate that has some;
              extra arguments are passed to the benchmark binaries
+  loom       model-check the exchange protocol with loom (--cfg loom, release,
+             target/loom; LOOM_MAX_PREEMPTIONS=3 unless already set)
   help       print this message";
 
 fn main() -> ExitCode {
@@ -29,6 +32,7 @@ fn main() -> ExitCode {
     let result = match command.as_deref() {
         Some("test-all") => test_all(),
         Some("bench") => bench(&rest),
+        Some("loom") => loom(),
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{USAGE}");
             Ok(())
@@ -111,7 +115,8 @@ fn test_all() -> Result<(), String> {
     let mut bench_smoke = cargo();
     bench_smoke.args(["test", "--workspace", "--benches"]);
     step("benchmarks in test mode", bench_smoke)?;
-    Ok(())
+
+    loom()
 }
 
 fn bench(extra: &[String]) -> Result<(), String> {
@@ -121,4 +126,26 @@ fn bench(extra: &[String]) -> Result<(), String> {
         bench.arg("--").args(extra);
     }
     step("cargo bench", bench)
+}
+
+/// Model-checks the exchange protocol (`exchange/tests/loom.rs`) with loom.
+///
+/// `--cfg loom` changes every crate's build, so it gets its own target
+/// directory and leaves the normal build alone. The preemption bound keeps
+/// the run short; set `LOOM_MAX_PREEMPTIONS` to explore more.
+fn loom() -> Result<(), String> {
+    let mut rustflags = env::var("RUSTFLAGS").unwrap_or_default();
+    if !rustflags.is_empty() {
+        rustflags.push(' ');
+    }
+    rustflags.push_str("--cfg loom");
+    let mut loom = cargo();
+    loom.args(["test", "-p", "exchange", "--test", "loom", "--release"])
+        .arg("--target-dir")
+        .arg(root().join("target").join("loom"))
+        .env("RUSTFLAGS", rustflags);
+    if env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        loom.env("LOOM_MAX_PREEMPTIONS", "3");
+    }
+    step("loom models of the exchange protocol", loom)
 }
