@@ -1,13 +1,14 @@
 //! The errors of the exchange, one enum per operation whose failures differ:
 //! [`SchemaError`] (building, validating and checking against a schema),
 //! [`SchemaDecodeError`] (a schema that travelled as bytes) and
-//! [`LayoutError`] (laying slots out in a region).
-//!
-//! Writing, reading and mapping a region fail in other ways again; their
-//! enums live beside these, one per operation, as the modules that need them
-//! arrive.
+//! [`LayoutError`] (laying slots out in a region), and those of the slot
+//! layer: [`ExchangeError`] (creating or opening an exchange),
+//! [`WriteError`] (writing an input, posting a command, publishing a
+//! result) and [`ReadError`] (receiving, reading an input or a view).
+//! Mapping a region fails with `RegionError`, beside the region.
 
 use std::fmt;
+use std::time::Duration;
 
 use tensordict::{DType, NestedKey};
 
@@ -366,6 +367,241 @@ pub enum LayoutError {
         /// The largest region (`isize::MAX`).
         max: usize,
     },
+}
+
+/// Why an exchange could not be created or opened. At open, a region that
+/// another program, another version, or other schemas made is refused with
+/// an error that names what differs.
+#[cfg(not(loom))]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExchangeError {
+    /// The schemas and slot count do not lay out.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// The region could not be created, opened or duplicated.
+    #[error(transparent)]
+    Region(#[from] crate::region::RegionError),
+    /// A schema with a key that a received batch uses for its own
+    /// bookkeeping.
+    #[error(
+        "the {area} schema has a key {key}, which received batches use for the slot indices; \
+         rename it"
+    )]
+    ReservedKey {
+        /// The area.
+        area: Area,
+        /// The key.
+        key: NestedKey,
+    },
+    /// A region too small to hold the header.
+    #[error("the region has {len} bytes, fewer than the {min} of an exchange's header")]
+    TooSmall {
+        /// The region's size.
+        len: usize,
+        /// The header's size.
+        min: usize,
+    },
+    /// A region whose first word is not the exchange's magic: not made by
+    /// `Exchange::create`, or not finished yet.
+    #[error(
+        "not an exchange region: magic word {found:#018x}, expected {expected:#018x} \
+         (a region made by Exchange::create carries it once fully created)"
+    )]
+    BadMagic {
+        /// The word found.
+        found: u64,
+        /// The magic word.
+        expected: u64,
+    },
+    /// A region laid out by another version of this crate.
+    #[error("the region has layout version {found}, but this build reads version {expected}")]
+    Version {
+        /// The version in the region.
+        found: u32,
+        /// The version this build writes and reads.
+        expected: u32,
+    },
+    /// One of the three schemas is not the one the region was created with.
+    #[error(
+        "the {area} schema differs from the one the region was created with \
+         (a key, dtype, shape or batch size)"
+    )]
+    SchemaMismatch {
+        /// The first area whose schema differs (input, result, next).
+        area: Area,
+    },
+    /// A size in the header that the schemas do not give.
+    #[error("the region's {what} is {found}, but the schemas given lay out {expected}")]
+    SizeMismatch {
+        /// Which size: `"slot header size"`, `"slot count"`, `"slot size"`,
+        /// `"region size"`, `"mapped length"`.
+        what: &'static str,
+        /// The size in the region.
+        found: u64,
+        /// The size the schemas give.
+        expected: u64,
+    },
+    /// The layout fingerprint differs though every schema and size agrees.
+    #[error("the region's layout fingerprint is {found:#018x}, but the schemas given make {expected:#018x}")]
+    Fingerprint {
+        /// The fingerprint in the region.
+        found: u64,
+        /// The fingerprint of the schemas given.
+        expected: u64,
+    },
+}
+
+/// Why an input, a command or a result could not be written to a slot.
+/// Nothing was written to the slot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// A slot index past the last slot.
+    #[error("slot {slot} is out of range: the exchange has {slots} slots")]
+    SlotOutOfRange {
+        /// The slot.
+        slot: usize,
+        /// The number of slots.
+        slots: usize,
+    },
+    /// A tensordict that does not fit the area's schema: a key the schema
+    /// lacks, a dtype, a shape or a batch size. Keys of the schema may be
+    /// left out: the slot records which were written.
+    #[error("slot {slot}, {area} area: {source}")]
+    Schema {
+        /// The slot.
+        slot: usize,
+        /// The area written.
+        area: Area,
+        /// What does not fit.
+        source: SchemaError,
+    },
+    /// A command (or an input for it) while the previous command has not
+    /// been taken by the worker.
+    #[error("slot {slot}: command {pending} is still pending; the worker has not taken it yet")]
+    CommandPending {
+        /// The slot.
+        slot: usize,
+        /// The command not yet taken.
+        pending: u32,
+    },
+    /// A command value that the command word reserves for its own states.
+    #[error("command {command} is reserved: commands start at {first}")]
+    ReservedCommand {
+        /// The value given.
+        command: u32,
+        /// The smallest command (`FIRST_COMMAND`).
+        first: u32,
+    },
+}
+
+/// Why a receive, an input read or a view read returned nothing. A receive
+/// that fails marks nothing taken: its results stay for the next call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// `min_get` of 0.
+    #[error("min_get must be at least 1, got {min_get}")]
+    MinGet {
+        /// The value given.
+        min_get: usize,
+    },
+    /// `max_get` below `min_get`.
+    #[error("max_get must be at least min_get, got min_get={min_get} and max_get={max_get}")]
+    MaxGet {
+        /// `min_get`.
+        min_get: usize,
+        /// `max_get`.
+        max_get: usize,
+    },
+    /// A `min_get` that the slots can never reach.
+    #[error("min_get {min_get} is more than the {slots} slots of the exchange")]
+    MinGetAboveSlots {
+        /// `min_get`.
+        min_get: usize,
+        /// The number of slots.
+        slots: usize,
+    },
+    /// The deadline passed with fewer than `min_get` results ready.
+    #[error(
+        "timed out after {timeout:?}: {ready} results ready, min_get is {min_get}{}; \
+         nothing was taken",
+        BusySuffix(*.busy)
+    )]
+    Timeout {
+        /// The timeout of the call.
+        timeout: Duration,
+        /// Results ready at the deadline.
+        ready: usize,
+        /// `min_get`.
+        min_get: usize,
+        /// Slots whose writer was mid-write at the deadline.
+        busy: usize,
+    },
+    /// The deadline passed before a slot's result was published.
+    #[error("slot {slot}: no new result within {timeout:?}")]
+    SlotTimeout {
+        /// The slot.
+        slot: usize,
+        /// The timeout of the call.
+        timeout: Duration,
+    },
+    /// A slot index past the last slot.
+    #[error("slot {slot} is out of range: the exchange has {slots} slots")]
+    SlotOutOfRange {
+        /// The slot.
+        slot: usize,
+        /// The number of slots.
+        slots: usize,
+    },
+    /// The slot's writer was mid-write at the deadline (still writing, or
+    /// dead while writing): its result cannot be read consistently.
+    #[error(
+        "slot {slot}: its writer was mid-write at the deadline (or died writing); nothing was read"
+    )]
+    Busy {
+        /// The slot.
+        slot: usize,
+    },
+    /// A view of a result whose slot was written again since the receive:
+    /// its bytes are another result's now.
+    #[error(
+        "slot {slot} was written again since it was received (clock {seen}, now {now}): \
+         the view is stale"
+    )]
+    Stale {
+        /// The slot.
+        slot: usize,
+        /// The clock of the result received.
+        seen: u64,
+        /// The clock now (odd while a write is under way).
+        now: u64,
+    },
+    /// A tensordict to read an input into that does not have the input
+    /// schema's keys, dtypes and shapes (build it with `Schema::zeros`).
+    #[error("slot {slot}, {area} area: cannot read into this tensordict: {source}")]
+    Schema {
+        /// The slot.
+        slot: usize,
+        /// The area read.
+        area: Area,
+        /// What does not fit.
+        source: SchemaError,
+    },
+}
+
+/// `", 2 slots mid-write"`, or nothing.
+struct BusySuffix(usize);
+
+impl fmt::Display for BusySuffix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            0 => Ok(()),
+            1 => f.write_str(", 1 slot mid-write"),
+            n => write!(f, ", {n} slots mid-write"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ pub const SLOT_HEADER_SIZE: usize = 2 * CACHE_LINE;
 
 /// The region header: the first cache line of the region. Written once at
 /// creation, magic last; checked at open; read-only afterwards.
-// The words are read and written by the region module.
+// Read and written by the slot layer (`slots`), which loom builds leave out.
 #[allow(dead_code)]
 pub(crate) mod region_header {
     /// Size of the region header, at offset 0.
@@ -105,12 +105,18 @@ pub(crate) mod region_header {
     /// shape refuses the region even when the sizes agree.
     pub(crate) const FINGERPRINT_OFFSET: usize = 40;
 
-    // Bytes 48..64 are reserved and zero.
+    /// Offset of the fingerprints of the three schemas, one `u32` each
+    /// (input, result, next: at +0, +4, +8;
+    /// [`Layout::area_fingerprint`](super::Layout::area_fingerprint)), so
+    /// that an opener whose schemas differ learns which one.
+    pub(crate) const AREA_FINGERPRINTS_OFFSET: usize = 48;
+
+    // Bytes 60..64 are reserved and zero.
 }
 
 /// The control line: the second cache line of the region, written by every
 /// producer, read by the consumer.
-// The words are read and written by the region module.
+// Read and written by the slot layer (`slots`), which loom builds leave out.
 #[allow(dead_code)]
 pub(crate) mod control {
     /// Offset of the control line, just after the region header.
@@ -136,7 +142,7 @@ pub(crate) mod control {
 /// first cache line is written by the slot's producer (the worker that
 /// publishes results), the second by the consumer (the parent that sends
 /// commands), so neither writes a line that the other writes.
-// The words are read and written by the region module.
+// Read and written by the slot layer (`slots`), which loom builds leave out.
 #[allow(dead_code)]
 pub(crate) mod slot_header {
     /// Offset of the readiness clock (`u64`): the seqlock over the result
@@ -182,7 +188,8 @@ pub(crate) mod slot_header {
 
 // What the picture above promises, checked when the crate compiles.
 const _: () = {
-    assert!(region_header::FINGERPRINT_OFFSET + 8 <= region_header::SIZE);
+    assert!(region_header::FINGERPRINT_OFFSET + 8 <= region_header::AREA_FINGERPRINTS_OFFSET);
+    assert!(region_header::AREA_FINGERPRINTS_OFFSET + 3 * 4 <= region_header::SIZE);
     assert!(control::OFFSET == region_header::SIZE);
     assert!(control::SLEEPERS_OFFSET + 4 <= control::OFFSET + control::SIZE);
     assert!(SLOTS_OFFSET % CACHE_LINE == 0 && SLOT_HEADER_SIZE % CACHE_LINE == 0);
@@ -458,15 +465,8 @@ impl Layout {
     /// and the number of slots: stored in the region header at creation and
     /// compared at open.
     pub fn fingerprint(&self) -> u64 {
-        const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-        const PRIME: u64 = 0x0000_0100_0000_01b3;
-        let mut hash = OFFSET_BASIS;
-        let mut eat = |bytes: &[u8]| {
-            for &b in bytes {
-                hash ^= u64::from(b);
-                hash = hash.wrapping_mul(PRIME);
-            }
-        };
+        let mut hash = FNV_OFFSET_BASIS;
+        let mut eat = |bytes: &[u8]| fnv1a(&mut hash, bytes);
         eat(&region_header::VERSION.to_le_bytes());
         for schema in &self.schemas {
             let bytes = schema.encode();
@@ -477,6 +477,27 @@ impl Layout {
         }
         eat(&(self.slots as u64).to_le_bytes());
         hash
+    }
+
+    /// A 32-bit hash of one area's encoded schema, stored in the region
+    /// header beside [`Layout::fingerprint`] so that an opener can name the
+    /// area whose schema differs.
+    pub fn area_fingerprint(&self, area: Area) -> u32 {
+        let mut hash = FNV_OFFSET_BASIS;
+        fnv1a(&mut hash, &self.schemas[area.index()].encode());
+        (hash ^ (hash >> 32)) as u32
+    }
+}
+
+/// The FNV-1a offset basis (64 bits).
+const FNV_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Feeds `bytes` to the 64-bit FNV-1a hash `hash`.
+fn fnv1a(hash: &mut u64, bytes: &[u8]) {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    for &b in bytes {
+        *hash ^= u64::from(b);
+        *hash = hash.wrapping_mul(PRIME);
     }
 }
 
@@ -497,6 +518,9 @@ mod tests {
             (r::SLOT_SIZE_OFFSET, 8),
             (r::TOTAL_SIZE_OFFSET, 8),
             (r::FINGERPRINT_OFFSET, 8),
+            (r::AREA_FINGERPRINTS_OFFSET, 4),
+            (r::AREA_FINGERPRINTS_OFFSET + 4, 4),
+            (r::AREA_FINGERPRINTS_OFFSET + 8, 4),
             (c::WAKE_OFFSET, 4),
             (c::SLEEPERS_OFFSET, 4),
         ];
@@ -537,6 +561,20 @@ mod tests {
         ] {
             assert_ne!(base.fingerprint(), other.fingerprint());
         }
+        // Area by area: only the area whose schema changed.
+        let swapped = Layout::new(&b, &e, &e, 3).unwrap();
+        assert_ne!(
+            base.area_fingerprint(Area::Input),
+            swapped.area_fingerprint(Area::Input)
+        );
+        assert_eq!(
+            base.area_fingerprint(Area::Result),
+            swapped.area_fingerprint(Area::Result)
+        );
+        assert_eq!(
+            base.area_fingerprint(Area::Next),
+            swapped.area_fingerprint(Area::Next)
+        );
     }
 
     #[test]

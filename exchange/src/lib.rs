@@ -1,21 +1,46 @@
 //! Shared-memory slots of typed tensors with a seqlock readiness clock.
 //!
-//! This crate will hold the exchange that the process backend moves every
+//! This crate holds the exchange that the process backend moves every
 //! fixed-shape step through, usable on its own by anyone who wants fast
 //! cross-process slots of typed tensors:
 //!
-//! - a `Schema` built from a template `TensorDict` (keys, dtypes, shapes);
-//! - one `memfd` region with, for each slot, an input area, a result area and
-//!   a next area laid out from the schema, and a cache-line-padded header that
-//!   carries the readiness clock (odd while writing, even when published), a
-//!   command word and timestamps;
-//! - writers that publish under the clock and wake the reader on a futex, and
-//!   readers that receive with `min_get`, `max_get` and a deadline, never
-//!   returning a torn result.
+//! - a [`Schema`] built from a template `TensorDict` (keys, dtypes, shapes);
+//! - one `memfd` [`Region`] with, for each slot, an input area, a result
+//!   area and a next area laid out from the schemas ([`Layout`]), and a
+//!   cache-line-padded header that carries the readiness clock (odd while
+//!   writing, even when published), a command word and timestamps;
+//! - the [`Exchange`] over them: the parent writes an action and posts a
+//!   command that the worker sleeps on; the worker publishes under the clock
+//!   and rings the parent's bell; the parent receives with `min_get`,
+//!   `max_get` and a deadline ([`Receive`]), never a torn result, and keeps
+//!   [`ExchangeStats`].
 //!
 //! It sits just above `tensordict` in the layers and knows nothing of
-//! environments or pools. It is being built: see the project's issue tracker
-//! ("`exchange`: shared-memory slots with a seqlock readiness clock").
+//! environments or pools.
+//!
+//! ```
+//! use exchange::{Exchange, Field, Receive, Schema};
+//! use std::time::Duration;
+//! use tensordict::{DType, Tensor, TensorDict};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let observation = Schema::new(&[], vec![Field::new("observation", DType::F32, &[4])?])?;
+//! let none = Schema::empty(&[]);
+//! let mut reader = Exchange::create("doc", none.clone(), observation.clone(), none.clone(), 4)?;
+//! // In another process (here: the same one), from a duplicated descriptor.
+//! let writer = Exchange::open(reader.try_clone_fd()?, none.clone(), observation, none)?;
+//!
+//! let mut result = TensorDict::new(&[]);
+//! result.set("observation", Tensor::full(&[4], 1.0f32))?;
+//! writer.publish(2, &result)?;
+//! writer.publish(0, &result)?;
+//!
+//! let received = reader.receive(Receive::new().min_get(2).timeout(Duration::from_secs(1)))?;
+//! assert_eq!(received.slots(), &[0, 2]);
+//! assert_eq!(received.batch().tensor("observation")?.shape(), &[2, 4]);
+//! // Nothing new: a poll times out, and takes nothing.
+//! assert!(reader.receive(Receive::new().timeout(Duration::ZERO)).is_err());
+//! # Ok(()) }
+//! ```
 
 mod error;
 mod futex;
@@ -25,8 +50,14 @@ mod primitive;
 mod region;
 mod schema;
 mod seqlock;
+#[cfg(not(loom))]
+mod slots;
+#[cfg(not(loom))]
+mod stats;
 
-pub use crate::error::{LayoutError, SchemaDecodeError, SchemaError};
+#[cfg(not(loom))]
+pub use crate::error::ExchangeError;
+pub use crate::error::{LayoutError, ReadError, SchemaDecodeError, SchemaError, WriteError};
 pub use crate::layout::{
     Area, Layout, CACHE_LINE, FIELD_ALIGN, MAX_AREA_FIELDS, MAX_SLOTS, SLOTS_OFFSET,
     SLOT_HEADER_SIZE,
@@ -34,3 +65,7 @@ pub use crate::layout::{
 #[cfg(not(loom))]
 pub use crate::region::{Region, RegionError};
 pub use crate::schema::{Field, Schema};
+#[cfg(not(loom))]
+pub use crate::slots::{Exchange, Receive, Received, SlotView, FIRST_COMMAND, SLOT_KEY};
+#[cfg(not(loom))]
+pub use crate::stats::ExchangeStats;

@@ -608,7 +608,7 @@ fn first_difference<T>(
 }
 
 /// Number of tensor and non-tensor leaves, without allocating.
-fn count_leaves(td: &TensorDict) -> usize {
+pub(crate) fn count_leaves(td: &TensorDict) -> usize {
     td.iter()
         .map(|(_, entry)| match entry {
             Entry::Dict(d) => count_leaves(d),
