@@ -1,15 +1,25 @@
-//! Round trips between two processes: the baseline a shared-memory slot
-//! must beat (a Unix socket), and a plain memcpy of an Atari-sized record.
-//! (A pipe round trip is still to come: the first version stalled under
-//! divan and was left out.) A child process (this benchmark binary, started again
-//! with `RLPOOL_BENCH_CHILD` set) echoes every record back.
+//! Round trips between two processes: a shared-memory slot of the
+//! [`Exchange`], the baseline it must beat (a Unix socket), and a plain
+//! memcpy of an Atari-sized record. (A pipe round trip is still to come: the
+//! first version stalled under divan and was left out.) A child process
+//! (this benchmark binary, started again with `RLPOOL_BENCH_CHILD` set)
+//! echoes every record back, or, for the slots, answers every command with
+//! a result.
+//!
+//! The child never outlives its bench: it stops on the stop command, when
+//! no command comes for a while and its parent is gone, or when the parent
+//! kills it (which the parent always does, and waits for it, at the end of
+//! each bench function, panic or not).
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
-use divan::{black_box, Bencher};
+use divan::{black_box, counter::ItemsCount, Bencher};
+use exchange::{Exchange, Field, Receive, Schema, FIRST_COMMAND};
+use tensordict::{DType, Tensor, TensorDict};
 
 /// A CartPole step: observation f32[4], reward f32[1], three bool flags,
 /// padded to 8-byte fields.
@@ -19,6 +29,17 @@ const ATARI: usize = 84 * 84 * 4;
 
 const CHILD: &str = "RLPOOL_BENCH_CHILD";
 
+/// The command that asks the slot child to step.
+const STEP: u32 = FIRST_COMMAND;
+/// The command that asks the slot child to stop.
+const STOP: u32 = FIRST_COMMAND + 1;
+/// How long a receive may wait for the child before the bench fails
+/// (instead of hanging).
+const RECEIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the slot child waits for a command before it checks that its
+/// parent is still there.
+const IDLE_CHECK: Duration = Duration::from_millis(500);
+
 fn main() {
     if let Ok(spec) = std::env::var(CHILD) {
         child(&spec);
@@ -27,10 +48,15 @@ fn main() {
     divan::main();
 }
 
-/// The child: `socket:<fd>:<size>`; echoes records of `size` bytes until
-/// end of input.
+/// The child: `socket:<fd>:<size>`, echoes records of `size` bytes until
+/// end of input; `slot:<fd>:<size>:<slots>`, answers the commands of every
+/// slot of the exchange in turn until the stop command.
 fn child(spec: &str) {
     let parts: Vec<&str> = spec.split(':').collect();
+    if parts[0] == "slot" {
+        slot_child(&parts);
+        return;
+    }
     let fd = |i: usize| parts[i].parse::<i32>().expect("an fd number");
     let (mut input, mut output, size): (Box<dyn Read>, Box<dyn Write>, usize) = match parts[0] {
         "socket" => {
@@ -63,6 +89,159 @@ fn child(spec: &str) {
             break;
         }
     }
+}
+
+/// The schemas of a record of `size` bytes ([`CARTPOLE`] or [`ATARI`]):
+/// input, result, next (empty).
+fn schemas(size: usize) -> (Schema, Schema, Schema) {
+    let field = |key: &str, dtype, shape: &[usize]| Field::new(key, dtype, shape).expect("a field");
+    let input = Schema::new(&[], vec![field("action", DType::I64, &[1])]).expect("input schema");
+    let result = if size == ATARI {
+        vec![field("observation", DType::U8, &[84, 84, 4])]
+    } else {
+        vec![
+            field("observation", DType::F32, &[4]),
+            field("reward", DType::F32, &[1]),
+            field("done", DType::Bool, &[1]),
+            field("terminated", DType::Bool, &[1]),
+            field("truncated", DType::Bool, &[1]),
+        ]
+    };
+    let result = Schema::new(&[], result).expect("result schema");
+    (input, result, Schema::empty(&[]))
+}
+
+/// The slot child: opens the exchange and loops over its slots: takes the
+/// command, reads the action, publishes a result.
+fn slot_child(parts: &[&str]) {
+    let fd: i32 = parts[1].parse().expect("an fd number");
+    let size: usize = parts[2].parse().expect("a size");
+    let parent = rustix::process::getppid();
+    let (input, result_schema, next) = schemas(size);
+    // SAFETY: the parent passed this descriptor to us open and without
+    // close-on-exec; nothing else in this process owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let exchange =
+        Exchange::open(fd, input.clone(), result_schema.clone(), next).expect("open the exchange");
+    let mut action = input.zeros();
+    let result = result_schema.zeros();
+    loop {
+        for slot in 0..exchange.slots() {
+            let command = loop {
+                match exchange.wait_command(slot, Some(Instant::now() + IDLE_CHECK)) {
+                    Ok(Some(command)) => break command,
+                    // No command for a while: go if the parent is gone.
+                    Ok(None) if rustix::process::getppid() != parent => return,
+                    Ok(None) => {}
+                    Err(err) => panic!("wait for a command: {err}"),
+                }
+            };
+            if command == STOP {
+                return;
+            }
+            exchange
+                .read_input(slot, &mut action)
+                .expect("read the action");
+            exchange.publish(slot, &result).expect("publish");
+        }
+    }
+}
+
+/// A child that is killed and waited for when dropped, so that no bench
+/// leaves one behind, even when it panics.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An exchange of `slots` slots for records of `size` bytes, with a child
+/// that serves them, and the action written before each step.
+fn slot_child_for(size: usize, slots: usize) -> (Exchange, Reaped, TensorDict) {
+    let (input, result, next) = schemas(size);
+    let exchange =
+        Exchange::create("roundtrip", input, result, next, slots).expect("create the exchange");
+    let theirs = exchange.try_clone_fd().expect("clone the descriptor");
+    inheritable(&theirs);
+    let child = Reaped(spawn(format!("slot:{}:{size}:{slots}", theirs.as_raw_fd())));
+    drop(theirs);
+    let mut action = TensorDict::new(&[]);
+    action
+        .set("action", Tensor::full(&[1], 1i64))
+        .expect("an action");
+    (exchange, child, action)
+}
+
+/// Asks the child to stop (every slot, in case it waits on another one),
+/// gives it a moment, then kills and waits for it.
+fn stop(exchange: &Exchange, child: Reaped) {
+    for slot in 0..exchange.slots() {
+        let _ = exchange.post(slot, STOP);
+    }
+    let mut child = child;
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.0.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(child);
+}
+
+/// Writes `action` into every slot, posts a step to each, and receives
+/// every result (with `receive_one` for a single slot).
+fn step_all(exchange: &mut Exchange, action: &TensorDict) {
+    let slots = exchange.slots();
+    for slot in 0..slots {
+        exchange
+            .write_input(slot, action)
+            .expect("write the action");
+        exchange.post(slot, STEP).expect("post");
+    }
+    if slots == 1 {
+        black_box(
+            exchange
+                .receive_one(0, Some(RECEIVE_TIMEOUT))
+                .expect("the child's result"),
+        );
+        return;
+    }
+    let mut got = 0;
+    while got < slots {
+        let received = exchange
+            .receive(Receive::new().min_get(1).timeout(RECEIVE_TIMEOUT))
+            .expect("the child's results");
+        got += received.len();
+        black_box(received);
+    }
+}
+
+/// A shared-memory slot round trip of one record: write the action, post
+/// the command, receive the child's result from the same slot.
+#[divan::bench(args = [CARTPOLE, ATARI])]
+fn slot(bencher: Bencher<'_, '_>, size: usize) {
+    let (mut exchange, child, action) = slot_child_for(size, 1);
+    // A first round trip outside the measure: the child starts up.
+    step_all(&mut exchange, &action);
+    bencher.bench_local(|| step_all(&mut exchange, &action));
+    stop(&exchange, child);
+}
+
+/// Many slots served by one child: each iteration posts a step to every
+/// slot and receives every result (CartPole-sized records).
+#[divan::bench(args = [8, 64])]
+fn slot_throughput(bencher: Bencher<'_, '_>, slots: usize) {
+    let (mut exchange, child, action) = slot_child_for(CARTPOLE, slots);
+    // A first round outside the measure: the child starts up.
+    step_all(&mut exchange, &action);
+    bencher
+        .counter(ItemsCount::new(slots))
+        .bench_local(|| step_all(&mut exchange, &action));
+    stop(&exchange, child);
 }
 
 /// Clears close-on-exec so that a child inherits the descriptor.
