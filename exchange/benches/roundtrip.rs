@@ -1,7 +1,6 @@
 //! Round trips between two processes: a shared-memory slot of the
-//! [`Exchange`], the baseline it must beat (a Unix socket), and a plain
-//! memcpy of an Atari-sized record. (A pipe round trip is still to come: the
-//! first version stalled under divan and was left out.) A child process
+//! [`Exchange`], the baselines it must beat (a Unix socket and a pipe), and
+//! a plain memcpy of an Atari-sized record. A child process
 //! (this benchmark binary, started again with `RLPOOL_BENCH_CHILD` set)
 //! echoes every record back, or, for the slots, answers every command with
 //! a result.
@@ -264,6 +263,9 @@ fn round_trip(
 ) {
     let out = vec![7u8; size];
     let mut back = vec![0u8; size];
+    // One round trip before measuring: the child's start-up is not counted.
+    writer.write_all(&out).expect("write");
+    reader.read_exact(&mut back).expect("read");
     bencher.bench_local(|| {
         writer.write_all(black_box(&out)).expect("write");
         reader.read_exact(&mut back).expect("read");
@@ -282,6 +284,32 @@ fn unix_socket(bencher: Bencher<'_, '_>, size: usize) {
     round_trip(bencher, &mut reader, &mut writer, size);
     drop(writer);
     let _ = reader.shutdown(std::net::Shutdown::Both);
+    let _ = child.wait();
+}
+
+/// A pipe round trip of one record (one pipe each way).
+///
+/// The pipes are created close-on-exec and only the child's ends are made
+/// inheritable: a child that inherited the parent's write end would never
+/// see end of input, and the bench would wait for it forever.
+#[divan::bench(args = [CARTPOLE, ATARI])]
+fn pipe(bencher: Bencher<'_, '_>, size: usize) {
+    let cloexec = rustix::pipe::PipeFlags::CLOEXEC;
+    let (to_child_read, to_child_write) = rustix::pipe::pipe_with(cloexec).expect("a pipe");
+    let (from_child_read, from_child_write) = rustix::pipe::pipe_with(cloexec).expect("a pipe");
+    inheritable(&to_child_read);
+    inheritable(&from_child_write);
+    let mut child = spawn(format!(
+        "pipe:{}:{}:{size}",
+        to_child_read.as_raw_fd(),
+        from_child_write.as_raw_fd()
+    ));
+    drop(to_child_read);
+    drop(from_child_write);
+    let mut writer = std::fs::File::from(to_child_write);
+    let mut reader = std::fs::File::from(from_child_read);
+    round_trip(bencher, &mut reader, &mut writer, size);
+    drop(writer);
     let _ = child.wait();
 }
 
