@@ -5,7 +5,8 @@
 //! - `sync_step`: `pool.step` over all N envs.
 //! - `async_half`: steady state of an asynchronous collector: receive the
 //!   first N/2 results (`min_get = max_get = N/2`), send those envs new
-//!   actions.
+//!   actions (with `step_and_maybe_reset`); `async_step_half` the same with
+//!   plain `async_step`.
 //!
 //! Each iteration counts its env-steps as items, so divan prints env-steps
 //! per second; the pool's overhead per env-step is the difference of the
@@ -121,6 +122,34 @@ fn async_half<const N: usize>(bencher: Bencher<'_, '_>, name: &str) {
             .map(|i| i as usize)
             .collect();
         pool.async_step_and_maybe_reset_send(half_actions.clone(), Target::Envs(ids))
+            .expect("send");
+    });
+}
+
+/// The same collector with plain `async_step` (no reset: a CountingEnv
+/// never ends; a CartPole steps on past its pole's fall).
+#[divan::bench(consts = [8, 64], args = ENVS)]
+fn async_step_half<const N: usize>(bencher: Bencher<'_, '_>, name: &str) {
+    let pool = AsyncEnvPool::builder()
+        .registered_n(name, N, kwargs(name))
+        .build()
+        .expect("pool");
+    pool.reset(None).expect("reset");
+    pool.async_step_send(actions(N), Target::All).expect("send");
+    let half = N / 2;
+    let recv = Recv::new().min_get(half).max_get(half);
+    let half_actions = actions(half);
+    bencher.counter(ItemsCount::new(half)).bench_local(|| {
+        let step = pool.async_step_recv(recv).expect("recv");
+        let ids: Vec<usize> = step
+            .get_non_tensor("env_index")
+            .expect("env_index")
+            .as_int_vec()
+            .expect("ints")
+            .into_iter()
+            .map(|i| i as usize)
+            .collect();
+        pool.async_step_send(half_actions.clone(), Target::Envs(ids))
             .expect("send");
     });
 }
