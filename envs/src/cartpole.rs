@@ -6,7 +6,7 @@ use specs::TensorSpec;
 use tensordict::{DType, Tensor, TensorDict};
 
 use crate::env::scalar_action;
-use crate::outputs::{write_flags, write_step};
+use crate::outputs::{write_reset, write_step};
 use crate::{Env, EnvError, EnvSpecs, Kwargs};
 
 const GRAVITY: f64 = 9.8;
@@ -202,10 +202,7 @@ impl Env for CartPole {
     ) -> Result<(), EnvError> {
         let state = std::array::from_fn(|_| self.rng.random_range(-0.05..0.05));
         self.set_state(state);
-        out.tensor_mut("observation")?
-            .as_mut_slice::<f32>()?
-            .copy_from_slice(&self.observation());
-        write_flags(out, false, false)
+        write_reset(out, &self.observation())
     }
 
     fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {

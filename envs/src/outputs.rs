@@ -14,11 +14,30 @@ pub(crate) fn write_step<const N: usize>(
     terminated: bool,
     truncated: bool,
 ) -> Result<(), EnvError> {
-    next.tensor_mut("observation")?
-        .as_mut_slice::<f32>()?
-        .copy_from_slice(observation);
+    write_observation(next, observation)?;
     next.tensor_mut("reward")?.as_mut_slice::<f32>()?[0] = reward;
     write_flags(next, terminated, truncated)
+}
+
+/// Writes the standard reset outputs into `out`: the observation, and every
+/// flag false.
+pub(crate) fn write_reset<const N: usize>(
+    out: &mut TensorDict,
+    observation: &[f32; N],
+) -> Result<(), EnvError> {
+    write_observation(out, observation)?;
+    write_flags(out, false, false)
+}
+
+/// Writes an `f32` observation.
+fn write_observation<const N: usize>(
+    td: &mut TensorDict,
+    observation: &[f32; N],
+) -> Result<(), EnvError> {
+    td.tensor_mut("observation")?
+        .as_mut_slice::<f32>()?
+        .copy_from_slice(observation);
+    Ok(())
 }
 
 /// Writes `done`, `terminated` and `truncated`.

@@ -8,7 +8,7 @@ use specs::TensorSpec;
 use tensordict::{DType, Tensor, TensorDict};
 
 use crate::env::scalar_action;
-use crate::outputs::{write_flags, write_step};
+use crate::outputs::{write_reset, write_step};
 use crate::{Env, EnvError, EnvSpecs, Kwargs};
 
 const MAX_SPEED: f64 = 8.0;
@@ -168,10 +168,7 @@ impl Env for Pendulum {
         let th = self.rng.random_range(-PI..PI);
         let thdot = self.rng.random_range(-1.0..1.0);
         self.set_state([th, thdot]);
-        out.tensor_mut("observation")?
-            .as_mut_slice::<f32>()?
-            .copy_from_slice(&self.observation());
-        write_flags(out, false, false)
+        write_reset(out, &self.observation())
     }
 
     fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {

@@ -483,7 +483,7 @@ impl ThreadBackend {
         Ok(read(&outputs))
     }
 
-    /// Marks env `env` idle, dropping its result (after a successful
+    /// Marks env `env` idle, dropping its result or error (after a
     /// [`ThreadBackend::peek`]). Takes no lock: the next send overwrites the
     /// slot's buffers and clears any error.
     pub fn release(&self, env: usize) {
@@ -500,17 +500,8 @@ impl ThreadBackend {
         env: usize,
         read: impl FnOnce(EnvOutput<'_>) -> R,
     ) -> Result<R, ThreadError> {
-        let slot = &self.shared.slots[env];
-        let mut cell = slot.lock();
-        let result = match cell.error.take() {
-            Some(err) => Err(err),
-            None => Ok(read(EnvOutput {
-                op: cell.op,
-                next: &cell.next,
-                root: &cell.root,
-            })),
-        };
-        slot.phase.store(IDLE, Ordering::Release);
+        let result = self.peek(env, read);
+        self.release(env);
         result
     }
 

@@ -496,17 +496,10 @@ impl AsyncEnvPool {
             if let Some(&failed) = ready.iter().find(|&&env| backend.is_failed(env)) {
                 book.states[failed] = EnvState::Taking;
                 drop(book);
-                let result = backend.take(failed, |_| ());
-                {
-                    let mut book = self.book();
-                    book.states[failed] = EnvState::Idle;
-                    book.sent[failed] = Sent {
-                        td: None,
-                        row: None,
-                    };
-                }
-                // Other receivers may have counted on this result.
-                backend.wake_receivers();
+                let result = backend.peek(failed, |_| ());
+                // Idle again, and other receivers (which may have counted on
+                // this result) woken.
+                self.release(&[failed]);
                 return Err(match result {
                     Err(err) => err.into(),
                     Ok(()) => PoolError::NotInFlight {

@@ -38,7 +38,7 @@ impl TensorDict {
     /// tensor here is shared (copy on write).
     pub fn write_row(&mut self, row: usize, src: &TensorDict) -> Result<(), TensorDictError> {
         self.check_row(row, src.batch_size())?;
-        write_at(self, row, src, None, &NestedKey::default())
+        write_columns(self, &[src], row, &NestedKey::default())
     }
 
     /// Writes `rows[j]` into row `j` of this batch, for every `j`: as
@@ -63,7 +63,7 @@ impl TensorDict {
                 });
             }
         }
-        write_columns(self, rows, &NestedKey::default())
+        write_columns(self, rows, 0, &NestedKey::default())
     }
 
     /// Copies row `src_row` of the batch `src` into row `row` of this batch
@@ -80,7 +80,7 @@ impl TensorDict {
             &self.batch_size()[1.min(self.batch_size().len())..],
         )?;
         self.check_row(row, &src.batch_size()[1..])?;
-        write_at(self, row, src, Some(src_row), &NestedKey::default())
+        copy_row_at(self, row, src, src_row, &NestedKey::default())
     }
 
     /// Copies row `row` of this batch into `dst`, for the keys `dst` has
@@ -172,12 +172,12 @@ fn key_set_mismatch(
     row_mismatch(prefix.child(key), index, reason.into())
 }
 
-/// Writes `src` (or its row `src_row`) into row `row` of `batch`.
-fn write_at(
+/// Writes row `src_row` of the batch `src` into row `row` of `batch`.
+fn copy_row_at(
     batch: &mut TensorDict,
     row: usize,
     src: &TensorDict,
-    src_row: Option<usize>,
+    src_row: usize,
     prefix: &NestedKey,
 ) -> Result<(), TensorDictError> {
     if batch.len() != src.len() {
@@ -196,13 +196,13 @@ fn write_at(
         }
         match (target, entry) {
             (Entry::Tensor(dst), Entry::Tensor(t)) => {
-                if dst.dtype() != t.dtype() || &dst.shape()[1..] != row_shape(t, src_row) {
+                if dst.dtype() != t.dtype() || dst.shape()[1..] != t.shape()[1..] {
                     return Err(row_mismatch(
                         prefix.child(name),
                         row,
                         format!(
                             "has shape {:?} and dtype {} but the batch rows have shape {:?} and dtype {}",
-                            row_shape(t, src_row),
+                            &t.shape()[1..],
                             t.dtype(),
                             &dst.shape()[1..],
                             dst.dtype()
@@ -210,25 +210,22 @@ fn write_at(
                     ));
                 }
                 let n = dst.nbytes() / dst.shape()[0].max(1);
-                dst.bytes_mut()[row * n..(row + 1) * n].copy_from_slice(row_bytes(t, src_row, n));
+                dst.bytes_mut()[row * n..(row + 1) * n]
+                    .copy_from_slice(&t.as_bytes()[src_row * n..(src_row + 1) * n]);
             }
             (Entry::NonTensor(NonTensor::Stack(items)), Entry::NonTensor(v))
                 if row < items.len() =>
             {
-                let value = match src_row {
-                    None => v.clone(),
-                    Some(r) => v
-                        .index(r)
-                        .cloned()
-                        .ok_or(TensorDictError::IndexOutOfRange {
-                            index: r,
-                            len: v.unbind().map_or(0, <[NonTensor]>::len),
-                        })?,
-                };
-                items[row] = value;
+                items[row] = v
+                    .index(src_row)
+                    .cloned()
+                    .ok_or(TensorDictError::IndexOutOfRange {
+                        index: src_row,
+                        len: v.unbind().map_or(0, <[NonTensor]>::len),
+                    })?;
             }
             (Entry::Dict(dst), Entry::Dict(d)) => {
-                write_at(dst, row, d, src_row, &prefix.child(name))?
+                copy_row_at(dst, row, d, src_row, &prefix.child(name))?
             }
             (dst, entry) => {
                 return Err(row_mismatch(
@@ -242,15 +239,17 @@ fn write_at(
     Ok(())
 }
 
-/// Writes `rows[j]` into row `j` of `batch`, one entry (column) at a time.
+/// Writes `rows[j]` into row `first + j` of `batch`, one entry (column) at
+/// a time; errors name the batch row.
 fn write_columns(
     batch: &mut TensorDict,
     rows: &[&TensorDict],
+    first: usize,
     prefix: &NestedKey,
 ) -> Result<(), TensorDictError> {
     for (j, row) in rows.iter().enumerate() {
         if row.len() != batch.len() {
-            return Err(key_set_mismatch(batch, row, j, prefix));
+            return Err(key_set_mismatch(batch, row, first + j, prefix));
         }
     }
     for position in 0..batch.len() {
@@ -262,7 +261,7 @@ fn write_columns(
             if !crate::entries::same_name(row_name, name) {
                 return Err(row_mismatch(
                     prefix.child(row_name),
-                    j,
+                    first + j,
                     "has this key but the batch does not".into(),
                 ));
             }
@@ -278,7 +277,7 @@ fn write_columns(
                         Entry::Tensor(t) => {
                             return Err(row_mismatch(
                                 prefix.child(name),
-                                j,
+                                first + j,
                                 format!(
                                     "has shape {:?} and dtype {} but the batch rows have shape {row_shape:?} and dtype {dtype}",
                                     t.shape(),
@@ -289,7 +288,7 @@ fn write_columns(
                         other => {
                             return Err(row_mismatch(
                                 prefix.child(name),
-                                j,
+                                first + j,
                                 format!("is a {} but the batch holds a tensor", other.kind()),
                             ))
                         }
@@ -298,18 +297,19 @@ fn write_columns(
                 let bytes = dst.bytes_mut();
                 for (j, entry) in column.iter().enumerate() {
                     if let Entry::Tensor(t) = entry {
-                        bytes[j * n..(j + 1) * n].copy_from_slice(t.as_bytes());
+                        let at = first + j;
+                        bytes[at * n..(at + 1) * n].copy_from_slice(t.as_bytes());
                     }
                 }
             }
-            Entry::NonTensor(NonTensor::Stack(items)) if items.len() == rows.len() => {
+            Entry::NonTensor(NonTensor::Stack(items)) if first + rows.len() <= items.len() => {
                 for (j, entry) in column.iter().enumerate() {
                     match entry {
-                        Entry::NonTensor(v) => items[j] = v.clone(),
+                        Entry::NonTensor(v) => items[first + j] = v.clone(),
                         other => {
                             return Err(row_mismatch(
                                 prefix.child(name),
-                                j,
+                                first + j,
                                 format!("is a {} but the batch holds a non-tensor", other.kind()),
                             ))
                         }
@@ -324,19 +324,19 @@ fn write_columns(
                         other => {
                             return Err(row_mismatch(
                                 prefix.child(name),
-                                j,
+                                first + j,
                                 format!("is a {} but the batch holds a tensordict", other.kind()),
                             ))
                         }
                     }
                 }
                 let key = prefix.child(name);
-                write_columns(dst, &subs, &key)?;
+                write_columns(dst, &subs, first, &key)?;
             }
             other => {
                 return Err(row_mismatch(
                     prefix.child(name),
-                    0,
+                    first,
                     format!("cannot be written: the batch holds a {}", other.kind()),
                 ))
             }
