@@ -1,10 +1,14 @@
 //! `EnvSpecs`: the five composite specs that describe an env's input and
 //! output (action, observation, reward, done, state) and its batch size.
 
-use specs::{Composite, TensorSpec};
+use specs::{Composite, SpecError, TensorSpec};
 use tensordict::{NestedKey, Shape};
 
 use crate::EnvError;
+
+/// The entries of the composite that [`EnvSpecs::to_bytes`] writes, one per
+/// composite of the specs, in the order of [`EnvSpecs::new`]'s arguments.
+const COMPOSITES: [&str; 5] = ["action", "observation", "reward", "done", "state"];
 
 /// The specs of an env, as TorchRL's `full_*_spec`s: each a [`Composite`]
 /// whose shape is the env's batch size.
@@ -117,6 +121,92 @@ impl EnvSpecs {
             standard_done_spec(&[])?,
             Composite::new(&[]),
         )
+    }
+
+    /// The five composites, named as in [`COMPOSITES`].
+    fn composites(&self) -> [(&'static str, &Composite); 5] {
+        let [action, observation, reward, done, state] = COMPOSITES;
+        [
+            (action, &self.action),
+            (observation, &self.observation),
+            (reward, &self.reward),
+            (done, &self.done),
+            (state, &self.state),
+        ]
+    }
+
+    /// Encodes the specs for [`EnvSpecs::from_bytes`], so that a worker
+    /// process can send its env's specs to the parent: one spec message
+    /// ([`TensorSpec::encode`]) of a composite whose shape is the batch size
+    /// and whose entries `"action"`, `"observation"`, `"reward"`, `"done"`
+    /// and `"state"` are the five composites.
+    ///
+    /// ```
+    /// use envs::{EnvSpecs, Kwargs};
+    /// # fn main() -> Result<(), envs::EnvError> {
+    /// let env = envs::make("Pendulum-v1", &Kwargs::new())?;
+    /// let bytes = env.specs().to_bytes();
+    /// assert_eq!(&EnvSpecs::from_bytes(&bytes)?, env.specs());
+    /// # Ok(()) }
+    /// ```
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut root = Composite::new(&self.batch_size);
+        for (name, composite) in self.composites() {
+            // Cloning shares the bounds' storage; every composite's shape is
+            // the batch size (checked by `EnvSpecs::new`), so each fits.
+            root.set(name, TensorSpec::Composite(composite.clone()))
+                .expect("each composite's shape is the batch size");
+        }
+        TensorSpec::Composite(root).encode()
+    }
+
+    /// Reads specs written by [`EnvSpecs::to_bytes`], rebuilt with
+    /// [`EnvSpecs::new`] so that its checks apply.
+    ///
+    /// An error [`EnvError::DecodeSpecs`] for bytes that are not such a
+    /// message (the spec decoder's error, [`SpecError::Decode`], names the
+    /// byte offset and key), or whose spec is not a composite of the five
+    /// composites; [`EnvError::InvalidSpecs`] for an entry besides the
+    /// five, or for composites that [`EnvSpecs::new`] refuses.
+    pub fn from_bytes(bytes: &[u8]) -> Result<EnvSpecs, EnvError> {
+        let undecodable = |source: SpecError| EnvError::DecodeSpecs {
+            len: bytes.len(),
+            source: Box::new(source),
+        };
+        let mut root = match TensorSpec::decode(bytes).map_err(undecodable)? {
+            TensorSpec::Composite(root) => root,
+            other => {
+                return Err(undecodable(SpecError::WrongKind {
+                    key: NestedKey::default(),
+                    expected: "composite",
+                    found: other.kind(),
+                }))
+            }
+        };
+        let available: Vec<String> = root.iter().map(|(key, _)| key.to_owned()).collect();
+        let mut take = |name: &str| match root.remove(name) {
+            Some(TensorSpec::Composite(composite)) => Ok(composite),
+            Some(other) => Err(undecodable(SpecError::WrongKind {
+                key: NestedKey::from(name),
+                expected: "composite",
+                found: other.kind(),
+            })),
+            None => Err(undecodable(SpecError::KeyNotFound {
+                key: NestedKey::from(name),
+                available: available.clone(),
+            })),
+        };
+        let [action, observation, reward, done, state] = COMPOSITES.map(&mut take);
+        let (action, observation, reward, done, state) =
+            (action?, observation?, reward?, done?, state?);
+        if let Some((extra, _)) = root.iter().next() {
+            return Err(EnvError::InvalidSpecs {
+                reason: format!(
+                    "the decoded specs have an entry {extra:?} besides the five composites {COMPOSITES:?}"
+                ),
+            });
+        }
+        EnvSpecs::new(root.shape(), action, observation, reward, done, state)
     }
 
     /// The batch size.
@@ -240,6 +330,135 @@ mod tests {
         assert_eq!(specs.reward_spec().unwrap().dtype(), Some(DType::F32));
         assert!(specs.done_spec().is_ok());
         assert!(specs.full_state_spec().is_empty());
+    }
+
+    fn standard() -> EnvSpecs {
+        EnvSpecs::standard(
+            TensorSpec::categorical(&[1], DType::I64, 2).unwrap(),
+            TensorSpec::bounded(&[4], DType::F32, -1.0, 1.0).unwrap(),
+        )
+        .unwrap()
+    }
+
+    /// A spec message of a composite with these entries.
+    fn message(shape: &[usize], entries: &[(&str, TensorSpec)]) -> Vec<u8> {
+        let mut root = Composite::new(shape);
+        for (key, spec) in entries {
+            root.set(*key, spec.clone()).unwrap();
+        }
+        TensorSpec::Composite(root).encode()
+    }
+
+    #[test]
+    fn bytes_round_trip() {
+        let specs = standard();
+        let bytes = specs.to_bytes();
+        assert_eq!(EnvSpecs::from_bytes(&bytes).unwrap(), specs);
+        // The message is a spec: a composite of the five composites.
+        let root = TensorSpec::decode(&bytes).unwrap();
+        let keys: Vec<String> = root
+            .as_composite()
+            .unwrap()
+            .keys(false, false)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                r#""action""#,
+                r#""done""#,
+                r#""observation""#,
+                r#""reward""#,
+                r#""state""#
+            ]
+        );
+    }
+
+    #[test]
+    fn undecodable_bytes_name_what_failed() {
+        let err = EnvSpecs::from_bytes(b"garbage").unwrap_err();
+        assert!(
+            matches!(err, EnvError::DecodeSpecs { len: 7, .. }),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "cannot decode env specs from 7 bytes: cannot decode spec at byte 0 (key <root>): \
+             not a spec message: the first byte is 0x67, not 0x53 ('S')"
+        );
+        let bytes = standard().to_bytes();
+        let err = EnvSpecs::from_bytes(&bytes[..bytes.len() - 1]).unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "cannot decode env specs from {} bytes: cannot decode spec at byte",
+                bytes.len() - 1
+            )),
+            "{err}"
+        );
+
+        // A spec, but not a composite.
+        let bytes = TensorSpec::non_tensor(&[]).encode();
+        assert_eq!(
+            EnvSpecs::from_bytes(&bytes).unwrap_err().to_string(),
+            "cannot decode env specs from 11 bytes: spec at key <root> is non_tensor, not composite"
+        );
+        // A composite without the five composites, or with a leaf for one.
+        let empty = Composite::new(&[]);
+        let done = TensorSpec::Composite(standard_done_spec(&[]).unwrap());
+        let bytes = message(&[], &[("done", done.clone())]);
+        let err = EnvSpecs::from_bytes(&bytes).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                r#"cannot decode env specs from {} bytes: key "action" not found; keys present: [done]"#,
+                bytes.len()
+            )
+        );
+        let leaf = TensorSpec::unbounded(&[1], DType::F32);
+        let entries = |action: TensorSpec| {
+            vec![
+                ("action", action),
+                ("observation", empty.clone().into()),
+                ("reward", empty.clone().into()),
+                ("done", done.clone()),
+                ("state", empty.clone().into()),
+            ]
+        };
+        let err = EnvSpecs::from_bytes(&message(&[], &entries(leaf))).unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with(r#"bytes: spec at key "action" is unbounded, not composite"#),
+            "{err}"
+        );
+
+        // An entry besides the five.
+        let mut extra = entries(empty.clone().into());
+        extra.push(("info", empty.clone().into()));
+        assert_eq!(
+            EnvSpecs::from_bytes(&message(&[], &extra))
+                .unwrap_err()
+                .to_string(),
+            r#"invalid env specs: the decoded specs have an entry "info" besides the five composites ["action", "observation", "reward", "done", "state"]"#
+        );
+        // Composites that `EnvSpecs::new` refuses: a batch size [2] whose
+        // composites have shape [2, 1].
+        let batched = |shape: &[usize]| TensorSpec::Composite(Composite::new(shape));
+        let done = standard_done_spec(&[2, 1]).unwrap();
+        let bytes = message(
+            &[2],
+            &[
+                ("action", batched(&[2, 1])),
+                ("observation", batched(&[2, 1])),
+                ("reward", batched(&[2, 1])),
+                ("done", done.into()),
+                ("state", batched(&[2, 1])),
+            ],
+        );
+        assert_eq!(
+            EnvSpecs::from_bytes(&bytes).unwrap_err().to_string(),
+            "invalid env specs: the action spec has shape [2, 1] but the env's batch size is [2]"
+        );
     }
 
     #[test]

@@ -86,6 +86,17 @@ pub enum EnvError {
         /// Why.
         reason: String,
     },
+    /// Bytes that [`EnvSpecs::from_bytes`](crate::EnvSpecs::from_bytes)
+    /// cannot read: not a spec message ([`SpecError::Decode`], with the byte
+    /// offset and key), or a spec that is not the composite of the five
+    /// composites ([`SpecError::WrongKind`], [`SpecError::KeyNotFound`]).
+    #[error("cannot decode env specs from {len} bytes: {source}")]
+    DecodeSpecs {
+        /// The number of bytes given.
+        len: usize,
+        /// What is wrong with them (boxed, to keep `EnvError` small).
+        source: Box<SpecError>,
+    },
     /// A rollout entry that its spec does not contain (`check_env_specs`).
     #[error("spec check failed at step {step}, key {key}: {reason}")]
     SpecCheck {

@@ -9,6 +9,9 @@
 //!   specs, and everything else provided: `reset`, `step` (the result under
 //!   `"next"`, TorchRL's layout), `step_mdp`, `step_and_maybe_reset`,
 //!   `rand_step`, `rollout`, `fake_tensordict`; and [`check_env_specs`].
+//! - [`EnvSpecs`], an env's five composite specs, with
+//!   [`EnvSpecs::to_bytes`] / [`EnvSpecs::from_bytes`] (the spec codec of
+//!   `specs`) so that a worker process can send them to its parent.
 //! - Reference environments, registered by name: [`CartPole`]
 //!   (`CartPole-v1`) and [`Pendulum`] (`Pendulum-v1`) with Gymnasium's exact
 //!   dynamics, [`CountingEnv`] and [`LatencyEnv`].
@@ -42,6 +45,7 @@ mod latency;
 mod outputs;
 mod pendulum;
 mod registry;
+mod runner;
 
 pub use crate::cartpole::CartPole;
 pub use crate::check::check_env_specs;
@@ -53,3 +57,4 @@ pub use crate::kwargs::{KwValue, Kwargs, KwargsReader};
 pub use crate::latency::{LatencyConfig, LatencyEnv, Wait};
 pub use crate::pendulum::Pendulum;
 pub use crate::registry::{make, register, registered, Constructor, Registry};
+pub use crate::runner::{panic_message, Op, RunError, Runner};

@@ -85,6 +85,20 @@ struct Snapshot {
     published_ns: u64,
 }
 
+/// What [`Exchange::read_into`] read from a slot, besides the tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotRead {
+    /// The slot's clock the read is consistent with: pass it as `after` to
+    /// the next read to get only a newer result.
+    pub clock: u64,
+    /// When the worker published it (nanoseconds of the monotonic clock).
+    pub published_ns: u64,
+    /// Which fields of the result schema it published (bit `i`: field `i`).
+    pub result_mask: u64,
+    /// Which fields of the next schema it published.
+    pub next_mask: u64,
+}
+
 /// A mask with one bit for each of `n` fields (`n <= 64`).
 fn all_fields(n: usize) -> u64 {
     if n >= 64 {
@@ -1246,8 +1260,119 @@ impl Exchange {
 
     /// The statistics since creation or the last reset (see
     /// [`ExchangeStats`]); with `reset`, the counters start again.
-    pub fn stats(&mut self, reset: bool) -> ExchangeStats {
+    pub fn stats(&self, reset: bool) -> ExchangeStats {
         self.lock_stats().snapshot(now_ns(), reset)
+    }
+
+    /// A ticket for [`Exchange::wait_bell`]: take it *before* checking the
+    /// slots (with [`Exchange::read_into`]), so that a publication after the
+    /// check ends the wait.
+    pub fn listen(&self) -> u32 {
+        bell::listen(self.shared.bell())
+    }
+
+    /// Waits until the bell rang after `ticket` was taken (a publication, or
+    /// [`Exchange::ring`]): spins briefly, then sleeps until `deadline`.
+    /// Returns whether it rang (false: the deadline passed first).
+    pub fn wait_bell(&self, ticket: u32, deadline: Option<Instant>) -> bool {
+        !matches!(
+            bell::wait_bell(self.shared.bell(), ticket, deadline, SPIN),
+            crate::futex::WaitOutcome::TimedOut
+        )
+    }
+
+    /// Rings the consumer's bell without publishing: wakes the readers (for
+    /// news that did not come through a slot, such as a worker's death).
+    pub fn ring(&self) {
+        bell::ring(self.shared.bell());
+    }
+
+    /// Copies `slot`'s result into `result` (and its next area into `next`)
+    /// if the slot's clock is even and newer than `after`; `Ok(None)` when
+    /// nothing newer is published, [`ReadError::Busy`] while its writer is
+    /// mid-write (or wrote again during every attempt). Parent side, for a
+    /// reader that keeps its own account of what it took (per-slot owners
+    /// on several threads): nothing is recorded here; see
+    /// [`Exchange::record_received`].
+    ///
+    /// `result` and `next` hold every key of their schemas with its dtype
+    /// and shape (build them with [`Schema::zeros`]); the keys the worker
+    /// did not publish keep their values.
+    pub fn read_into(
+        &self,
+        slot: usize,
+        after: u64,
+        result: &mut TensorDict,
+        next: &mut TensorDict,
+    ) -> Result<Option<SlotRead>, ReadError> {
+        self.check_read_slot(slot)?;
+        let shared = &*self.shared;
+        match seqlock::read_begin(shared.clock(slot)) {
+            Some(clock) if clock > after => {}
+            Some(_) => return Ok(None),
+            None => return Err(ReadError::Busy { slot }),
+        }
+        for (area, td) in [(Area::Result, &*result), (Area::Next, &*next)] {
+            shared
+                .layout
+                .schema(area)
+                .check(td)
+                .map_err(|source| ReadError::Schema { slot, area, source })?;
+        }
+        let columns = |area: Area, td: &mut TensorDict| -> Vec<Tensor> {
+            shared
+                .layout
+                .schema(area)
+                .fields()
+                .iter()
+                .map(|f| td.tensor(f.key()).expect("checked above").clone())
+                .collect()
+        };
+        // Private copies: written here, then set back (no other holder can
+        // see a half-copied tensor).
+        let mut result_cols = columns(Area::Result, result);
+        let mut next_cols = columns(Area::Next, next);
+        let snap = {
+            let mut result_bytes: Vec<&mut [u8]> =
+                result_cols.iter_mut().map(Tensor::bytes_mut).collect();
+            let mut next_bytes: Vec<&mut [u8]> =
+                next_cols.iter_mut().map(Tensor::bytes_mut).collect();
+            shared
+                .read_slot(slot, 0, &mut result_bytes, &mut next_bytes, READ_RETRIES)
+                .map_err(|_| ReadError::Busy { slot })?
+        };
+        if snap.clock <= after {
+            return Ok(None);
+        }
+        for (area, td, cols) in [
+            (Area::Result, result, result_cols),
+            (Area::Next, next, next_cols),
+        ] {
+            for (field, col) in shared.layout.schema(area).fields().iter().zip(cols) {
+                td.set(field.key(), col).expect("same key, dtype and shape");
+            }
+        }
+        Ok(Some(SlotRead {
+            clock: snap.clock,
+            published_ns: snap.published_ns,
+            result_mask: snap.result_mask,
+            next_mask: snap.next_mask,
+        }))
+    }
+
+    /// Records a batch taken with [`Exchange::read_into`] in the statistics:
+    /// each slot with the publish time its read returned, the batch's
+    /// `max_get` (its capacity; `None`: as many as taken), and whether the
+    /// next command posted to each slot answers this batch (see
+    /// [`Receive::track_action`]).
+    pub fn record_received(
+        &self,
+        taken: &[(usize, u64)],
+        max_get: Option<usize>,
+        track_action: bool,
+    ) {
+        self.lock_stats()
+            .record_received(now_ns(), taken.iter().copied(), max_get, track_action);
     }
 }
 

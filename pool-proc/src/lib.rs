@@ -1,27 +1,54 @@
-//! The process backend of rlpool.
+//! The process backend of rlpool: envs in worker processes.
 //!
-//! This crate will run environments in worker processes: the user's program
-//! re-executed in worker mode (never forked without exec), one control socket
-//! per worker for the handshake, specs, errors and shutdown, several envs per
-//! worker, CPU affinity, and two exchanges (an encoded queue over the socket,
-//! or the shared-memory slots of the `exchange` crate). A dead worker is an
-//! error, never a hang; every worker is reaped and no shared memory leaks.
-//! It is not written yet: see the project's issue tracker ("The process
-//! backend").
+//! A worker is the user's own program started again (`current_exe`) in
+//! worker mode, never forked without exec: the program's `main` calls
+//! [`init`] at its top, which runs the worker in a worker process and
+//! returns at once anywhere else. Envs are built in the workers from the
+//! registry, by name and keyword arguments (register your own envs before
+//! calling [`init`]). Each worker has one control socket (its standard
+//! input) for the handshake, specs, errors and shutdown; its end is how a
+//! dead worker is noticed at once. Several envs may share a worker, each on
+//! its own thread there; workers may be pinned to CPUs ([`Affinity`]).
 //!
-//! What it will run: envs built by registry name with keyword arguments,
-//! stepped through `reset_into` / `step_into` on buffers built once.
+//! Results travel through the worker's socket, encoded ([`ExchangeMode::Queue`]:
+//! any data), or through the shared-memory slots of the `exchange` crate
+//! ([`ExchangeMode::Shm`]: fixed-shape tensors, no bytes through a socket
+//! on the step path). A dead worker is an error naming it and its envs,
+//! never a hang; every worker is reaped at shutdown, and the shared memory
+//! (a memfd) vanishes with the last process that maps it.
+//!
+//! [`ProcBackend`] does the work; the pool's semantics (targets, `min_get`,
+//! ordering, stacking) are the `pool` crate's, whose `AsyncEnvPool` is the
+//! API to use.
+//!
+//! What a worker runs per command: the env's `reset_into` / `step_into` on
+//! buffers built once ([`envs::Runner`]):
 //!
 //! ```
-//! use envs::{Env, Kwargs};
+//! use envs::{Env, Kwargs, Op, Runner};
 //! use tensordict::Tensor;
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut env = envs::make("CountingEnv", &Kwargs::new().with("max_steps", 3))?;
-//! let mut root = env.reset(None)?;
-//! let mut next = env.step_template();
-//! root.set("action", Tensor::from_vec(&[1], vec![1i64])?)?;
-//! env.step_into(&root, &mut next)?;
-//! assert_eq!(next.tensor("observation")?.to_vec::<i32>()?, vec![1]);
+//! let mut runner = Runner::new(&*env);
+//! runner.run(&mut *env, Op::Reset, false)?;
+//! runner.input.set("action", Tensor::from_vec(&[1], vec![1i64])?)?;
+//! runner.run(&mut *env, Op::Step, true)?;
+//! assert_eq!(runner.next.tensor("observation")?.to_vec::<i32>()?, vec![1]);
 //! # Ok(()) }
 //! ```
 #![forbid(unsafe_code)]
+
+mod affinity;
+mod backend;
+mod error;
+mod options;
+mod signal;
+mod spawn;
+mod wire;
+mod worker;
+
+pub use crate::affinity::{available_cpus, current_cpus, Affinity, AffinityError, CpuList};
+pub use crate::backend::{EnvOutput, ProcBackend, Ticket};
+pub use crate::error::ProcError;
+pub use crate::options::{libtest_worker_args, ExchangeMode, ProcOptions};
+pub use crate::worker::{init, is_worker};

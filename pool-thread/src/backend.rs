@@ -16,28 +16,7 @@ use crate::queue::WorkQueue;
 use crate::signal::Signal;
 use crate::ThreadError;
 
-/// What an env is asked to do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Op {
-    /// `reset`: the result is the reset root.
-    Reset,
-    /// `step`: the result is the step's `"next"` entries.
-    Step,
-    /// `step`, then `reset` where done: the result is the step's `"next"`
-    /// entries and the root of the next step.
-    StepAndMaybeReset,
-}
-
-impl Op {
-    /// `"reset"`, `"step"` or `"step_and_maybe_reset"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Reset => "reset",
-            Op::Step => "step",
-            Op::StepAndMaybeReset => "step_and_maybe_reset",
-        }
-    }
-}
+pub use envs::Op;
 
 /// Builds one env, in the thread that builds the backend.
 pub type EnvFactory = Box<dyn FnOnce() -> Result<Box<dyn Env>, EnvError> + Send>;

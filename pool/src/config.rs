@@ -11,9 +11,9 @@ use envs::{Env, EnvError, Kwargs};
 ///
 /// ```compile_fail
 /// // The threading backend has no shared-memory exchange option:
-/// let backend = pool::Backend::Threading { threads: None, exchange: pool::ResolvedExchange::Shm };
+/// let backend = pool::Backend::Threading { threads: None, exchange: pool::ExchangeMode::Shm };
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Backend {
     /// Worker threads in this process that pull env tasks from a queue.
@@ -23,6 +23,11 @@ pub enum Backend {
         /// cores, at most one per env.
         threads: Option<NonZeroUsize>,
     },
+    /// Worker processes: the program started again in worker mode (its
+    /// `main` calls [`crate::init`] first), envs built there by registry
+    /// name. Results travel through shared-memory slots or the workers'
+    /// sockets ([`ProcOptions::exchange`](pool_proc::ProcOptions)).
+    Multiprocessing(pool_proc::ProcOptions),
 }
 
 impl Default for Backend {

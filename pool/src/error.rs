@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use envs::EnvError;
+use pool_proc::ProcError;
 use pool_thread::ThreadError;
 use specs::SpecError;
 use tensordict::TensorDictError;
@@ -148,6 +149,18 @@ pub enum PoolError {
     /// the env), or the backend failed.
     #[error(transparent)]
     Backend(#[from] ThreadError),
+    /// The process backend failed: a worker that could not start or died,
+    /// an env that failed in its worker (the message names the worker and
+    /// env), bad affinity, an exchange that cannot carry the envs' data.
+    #[error(transparent)]
+    Proc(#[from] ProcError),
+    /// An env given as a closure to the process backend, which builds envs
+    /// in its workers by registry name.
+    #[error("env {env} is a closure, but worker processes build envs by name: register it (envs::register) and add it with EnvMaker::registry or registered_n")]
+    NeedsRegistry {
+        /// The env.
+        env: usize,
+    },
     /// An env could not be made (registry name, keyword arguments).
     #[error(transparent)]
     Env(Box<EnvError>),

@@ -35,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 mod config;
+mod dispatch;
 mod error;
 mod pool;
 mod pool_specs;
@@ -55,6 +56,12 @@ pub use tensordict;
 
 #[doc(inline)]
 pub use pool_thread::ThreadError;
+
+#[doc(inline)]
+pub use pool_proc::{
+    available_cpus, current_cpus, init, libtest_worker_args, Affinity, AffinityError, ExchangeMode,
+    ProcError, ProcOptions,
+};
 
 /// The README's code blocks, compiled and run as doc tests so that the quick
 /// start never goes stale.

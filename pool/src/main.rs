@@ -35,6 +35,8 @@ struct Options {
 }
 
 fn main() {
+    // A worker process of a process pool runs here and never returns.
+    pool::init();
     match parse(std::env::args().skip(1)).and_then(|options| run(&options)) {
         Ok(()) => {}
         Err(err) => {

@@ -6,18 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use pool_proc::ProcBackend;
 use pool_thread::{Op, ThreadBackend, ThreadOptions};
 use tensordict::{Entry, NonTensor, StackedTensorDict, TensorDict};
 
-use crate::config::EnvMaker;
+use crate::config::{EnvMaker, MakerKind};
+use crate::dispatch::Dispatch;
 use crate::{Backend, PoolError, PoolSpecs, Recv, ResolvedExchange, StackMode, Target};
-
-/// The backend a pool drives (private: backend internals never appear in
-/// the facade's API).
-#[derive(Debug)]
-enum Dispatch {
-    Threads(ThreadBackend),
-}
 
 /// Where an env is in its send / receive cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,7 +163,7 @@ impl PoolBuilder {
         // is built.
         let known = envs::registered();
         for maker in &self.makers {
-            if let crate::config::MakerKind::Registry { name, .. } = &maker.0 {
+            if let MakerKind::Registry { name, .. } = &maker.0 {
                 if !known.contains(name) {
                     return Err(envs::EnvError::UnknownEnv {
                         name: name.clone(),
@@ -187,12 +182,21 @@ impl PoolBuilder {
                     .collect();
                 Dispatch::Threads(ThreadBackend::start(factories, &ThreadOptions { threads })?)
             }
+            Backend::Multiprocessing(options) => {
+                let mut entries = Vec::with_capacity(self.makers.len());
+                for (env, maker) in self.makers.into_iter().enumerate() {
+                    match maker.0 {
+                        MakerKind::Registry { name, kwargs } => entries.push((name, kwargs)),
+                        MakerKind::Closure(_) => return Err(PoolError::NeedsRegistry { env }),
+                    }
+                }
+                Dispatch::Procs(ProcBackend::start(entries, &options)?)
+            }
         };
-        let Dispatch::Threads(threads) = &backend;
-        let children = threads.env_specs();
+        let children = backend.env_specs();
         let specs = PoolSpecs::new(children, self.stack)?;
-        let templates = (0..threads.num_envs())
-            .map(|i| threads.templates(i))
+        let templates = (0..backend.num_envs())
+            .map(|i| backend.templates(i))
             .collect();
         let n = children.len();
         let mut batch_size = vec![n];
@@ -230,10 +234,8 @@ impl AsyncEnvPool {
         PoolBuilder::default()
     }
 
-    fn threads(&self) -> &ThreadBackend {
-        match &self.backend {
-            Dispatch::Threads(b) => b,
-        }
+    fn backend(&self) -> &Dispatch {
+        &self.backend
     }
 
     fn book(&self) -> MutexGuard<'_, Book> {
@@ -288,32 +290,57 @@ impl AsyncEnvPool {
 
     /// Env `env`'s own batch size (`[]` for a single env).
     fn env_batch(&self, env: usize) -> &[usize] {
-        self.threads().env_specs()[env].batch_size()
+        self.backend().env_specs()[env].batch_size()
     }
 
     /// The name of each env.
     pub fn env_names(&self) -> &[String] {
-        self.threads().env_names()
+        self.backend().env_names()
     }
 
-    /// The exchange in use: `Queue` for threads.
+    /// The exchange in use: `Queue` for threads; for processes, `Shm` or
+    /// `Queue` as chosen at build (see [`AsyncEnvPool::exchange_reason`]).
     pub fn resolved_exchange(&self) -> ResolvedExchange {
-        match self.backend {
-            Dispatch::Threads(_) => ResolvedExchange::Queue,
+        match &self.backend {
+            Dispatch::Procs(b) if b.is_shm() => ResolvedExchange::Shm,
+            _ => ResolvedExchange::Queue,
         }
     }
 
-    /// The keys the shared-memory exchange carries: none for threads.
+    /// Why [`pool_proc::ExchangeMode::Auto`] chose the queue exchange (the
+    /// key, shape or dtype that cannot go through slots), if it did.
+    pub fn exchange_reason(&self) -> Option<&str> {
+        match &self.backend {
+            Dispatch::Procs(b) => b.exchange_reason(),
+            Dispatch::Threads(_) => None,
+        }
+    }
+
+    /// The keys the shared-memory exchange carries (actions and state in,
+    /// results and roots out), sorted: none for threads or the queue.
     pub fn exchange_keys(&self) -> Vec<tensordict::NestedKey> {
-        Vec::new()
+        match &self.backend {
+            Dispatch::Procs(b) => b.exchange_keys(),
+            Dispatch::Threads(_) => Vec::new(),
+        }
     }
 
     /// Exchange statistics (batches, items, fill ratio, latencies), by
-    /// name; empty for threads, which have no exchange. With `reset`, the
+    /// name; empty without a shared-memory exchange. With `reset`, the
     /// counters start again.
     pub fn stats(&self, reset: bool) -> BTreeMap<String, f64> {
-        let _ = reset;
-        BTreeMap::new()
+        match &self.backend {
+            Dispatch::Procs(b) => b.stats(reset).map(stats_map).unwrap_or_default(),
+            Dispatch::Threads(_) => BTreeMap::new(),
+        }
+    }
+
+    /// The process id of each worker process: empty for threads.
+    pub fn worker_pids(&self) -> Vec<u32> {
+        match &self.backend {
+            Dispatch::Procs(b) => b.worker_pids(),
+            Dispatch::Threads(_) => Vec::new(),
+        }
     }
 
     /// The envs addressed by `target`, each with its row of `td`.
@@ -425,7 +452,7 @@ impl AsyncEnvPool {
                 };
             }
         }
-        if let Err(err) = self.threads().send(op, &jobs, td.as_deref()) {
+        if let Err(err) = self.backend().send(op, &jobs, td.as_deref()) {
             {
                 let mut book = self.book();
                 for &(env, _) in &jobs {
@@ -437,8 +464,8 @@ impl AsyncEnvPool {
                 }
             }
             // A receiver may be waiting for these envs.
-            self.threads().wake_receivers();
-            return Err(err.into());
+            self.backend().wake_receivers();
+            return Err(err);
         }
         Ok(())
     }
@@ -462,13 +489,12 @@ impl AsyncEnvPool {
         // A timeout too long to represent is no deadline.
         let deadline = recv.timeout.and_then(|t| start.checked_add(t));
         let limit = recv.max_get.unwrap_or(usize::MAX);
-        let backend = self.threads();
+        let backend = self.backend();
         let batch_state = EnvState::InFlight { op, per_env: false };
         loop {
-            // Both read before the book: a result or a wake-up after this
-            // point ends the wait below.
-            let generation = backend.generation();
-            let epoch = backend.epoch();
+            // Read before the book: a result or a wake-up after this point
+            // ends the wait below.
+            let ticket = backend.listen();
             let mut book = self.book();
             if book.shut_down || backend.is_shut_down() {
                 return Err(PoolError::ShutDown);
@@ -501,7 +527,7 @@ impl AsyncEnvPool {
                 // this result) woken.
                 self.release(&[failed]);
                 return Err(match result {
-                    Err(err) => err.into(),
+                    Err(err) => err,
                     Ok(()) => PoolError::NotInFlight {
                         op: op.name(),
                         env: failed,
@@ -544,7 +570,7 @@ impl AsyncEnvPool {
             } else {
                 recv.min_get - ready.len()
             };
-            backend.wait_for(generation + needed as u64, epoch, deadline);
+            backend.wait(ticket, needed, deadline);
         }
     }
 
@@ -562,10 +588,9 @@ impl AsyncEnvPool {
                 num_envs: self.num_envs(),
             });
         }
-        let backend = self.threads();
+        let backend = self.backend();
         loop {
-            let generation = backend.generation();
-            let epoch = backend.epoch();
+            let ticket = backend.listen();
             let mut book = self.book();
             if book.shut_down || backend.is_shut_down() {
                 return Err(PoolError::ShutDown);
@@ -591,14 +616,14 @@ impl AsyncEnvPool {
             drop(book);
             // No helping here: a chunk of other envs run on this thread
             // could keep it long after its own env is done.
-            backend.wait_for(generation + 1, epoch, deadline);
+            backend.wait(ticket, 1, deadline);
         }
     }
 
     /// Drops the results of taken envs and marks them idle; wakes other
     /// receivers, whose `min_get` may now be out of reach.
     fn release(&self, envs: &[usize]) {
-        let backend = self.threads();
+        let backend = self.backend();
         for &env in envs {
             backend.release(env);
         }
@@ -632,7 +657,7 @@ impl AsyncEnvPool {
         op: Op,
         taken: &Taken,
     ) -> Result<(StackedTensorDict, Option<StackedTensorDict>), PoolError> {
-        let backend = self.threads();
+        let backend = self.backend();
         let k = taken.envs.len();
         let first = taken.envs[0];
         let wants_root = op != Op::Step;
@@ -752,7 +777,7 @@ impl AsyncEnvPool {
             Some(Self::root_row(sent)?)
         };
         let (next, root) = self
-            .threads()
+            .backend()
             .peek(env, |out| (out.next.clone(), out.root.clone()))?;
         let index = env_index_value(env, self.env_batch(env));
         if let Some(step) = step.as_mut() {
@@ -780,6 +805,7 @@ impl AsyncEnvPool {
         let taken = self.collect(op, recv)?;
         match self.build(op, &taken) {
             Ok(built) => {
+                self.backend().record_batch(&taken.envs, recv.max_get, op);
                 self.release(&taken.envs);
                 Ok(built)
             }
@@ -799,10 +825,11 @@ impl AsyncEnvPool {
         let (sent, per_env) = self.collect_env(op, env, timeout)?;
         match self.env_result(op, env, &sent) {
             Ok(result) => {
+                self.backend().record_batch(&[env], Some(1), op);
                 self.release(&[env]);
                 Ok(result)
             }
-            Err(err @ PoolError::Backend(_)) => {
+            Err(err @ (PoolError::Backend(_) | PoolError::Proc(_))) => {
                 // The env itself failed: its error is its result.
                 self.release(&[env]);
                 Err(err)
@@ -823,7 +850,7 @@ impl AsyncEnvPool {
                 book.states[env] = EnvState::InFlight { op, per_env };
             }
         }
-        self.threads().wake_receivers();
+        self.backend().wake_receivers();
     }
 
     fn check_idle(&self, op: Op) -> Result<(), PoolError> {
@@ -967,9 +994,7 @@ impl AsyncEnvPool {
     /// errors ([`PoolError::ShutDown`]). Idempotent; also done on drop.
     pub fn shutdown(&self) {
         self.book().shut_down = true;
-        match &self.backend {
-            Dispatch::Threads(b) => b.shutdown(),
-        }
+        self.backend.shutdown();
     }
 }
 
@@ -977,6 +1002,29 @@ impl Drop for AsyncEnvPool {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// An exchange's statistics by TorchRL's names.
+fn stats_map(s: exchange::ExchangeStats) -> BTreeMap<String, f64> {
+    [
+        ("batches", s.batches as f64),
+        ("items", s.items as f64),
+        ("avg_batch_size", s.avg_batch_size),
+        ("batch_fill_ratio", s.batch_fill_ratio),
+        ("partial_batch_fraction", s.partial_batch_fraction),
+        (
+            "avg_observation_to_batch_ms",
+            s.avg_observation_to_batch.as_secs_f64() * 1e3,
+        ),
+        (
+            "avg_batch_to_action_ms",
+            s.avg_batch_to_action.as_secs_f64() * 1e3,
+        ),
+        ("consumer_busy_fraction", s.consumer_busy_fraction),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
 }
 
 /// Env `env`'s index shaped like its batch size: the integer itself for an

@@ -4,6 +4,7 @@
 //! threading backend has: closure envs, its exact error variants, and its
 //! exchange report.
 
+#[macro_use]
 mod common;
 
 use pool::envs::{CountingEnv, Env, EnvError, EnvSpecs, Kwargs};
@@ -27,72 +28,9 @@ fn two_threads(builder: PoolBuilder) -> PoolBuilder {
     builder.backend(common::threads(2))
 }
 
-/// Expands each conformance test into a `#[test]` of module `$module`,
-/// run under the watchdog with the backend `$configure`.
-macro_rules! instantiate {
-    ($module:ident, $configure:ident; $($(#[$attr:meta])* $name:ident),* $(,)?) => {
-        mod $module {
-            $(
-                $(#[$attr])*
-                #[test]
-                fn $name() {
-                    super::common::watchdog(|| super::common::conformance::$name(super::$configure));
-                }
-            )*
-        }
-    };
-}
-
-/// Runs each conformance test with one worker thread and with two.
-macro_rules! conformance {
-    ($($tests:tt)*) => {
-        instantiate!(one_worker_thread, one_thread; $($tests)*);
-        instantiate!(two_worker_threads, two_threads; $($tests)*);
-    };
-}
-
-conformance! {
-    specs_and_shapes,
-    async_reset_and_step_with_min_get,
-    poll_takes_at_most_one_result,
-    poll_with_nothing_ready_times_out,
-    deadline_batch_of_three,
-    timeout_without_max_get_waits_for_every_env,
-    deadline_returns_what_is_ready,
-    max_get_below_min_get_is_rejected,
-    full_batch_order_with_different_delays,
-    step_and_maybe_reset_resets_done_envs,
-    heterogeneous_envs_stack_lazily,
-    heterogeneous_envs_are_an_error_when_dense,
-    step_results_keep_the_sent_root,
-    held_results_are_never_overwritten,
-    collectors_drive_their_own_envs,
-    concurrent_batch_receivers_take_each_result_once,
-    a_batch_receive_whose_min_get_became_unreachable_fails,
-    per_env_receive_takes_only_its_env,
-    batch_receive_never_takes_a_per_env_send,
-    out_of_order_sends_come_back_sorted,
-    sends_with_different_env_index_kinds_stack_densely,
-    a_batch_that_cannot_be_built_loses_nothing,
-    env_panic_is_reported,
-    env_error_is_reported,
-    failure_in_a_sync_step_loses_nothing,
-    bad_receive_arguments,
-    busy_send_lists_the_busy_envs,
-    out_of_range_envs_are_errors,
-    duplicate_envs_are_errors,
-    target_length_mismatch_is_an_error,
-    env_index_target_errors,
-    step_without_an_action_is_an_error,
-    sync_calls_fail_while_envs_are_in_flight,
-    per_env_receive_of_an_idle_env_is_an_error,
-    per_env_timeout_keeps_the_result,
-    batch_timeout_loses_nothing,
-    build_errors,
-    calls_after_shutdown_are_errors,
-    drop_with_results_in_flight,
-    shutdown_wakes_blocked_receivers,
-}
+// The conformance suite with one worker thread and with two.
+conformance!(one_worker_thread, one_thread);
+conformance!(two_worker_threads, two_threads);
 
 /// The pool may be shared between threads (`Arc`, scoped threads).
 #[test]

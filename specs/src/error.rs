@@ -1,9 +1,12 @@
-//! `SpecError`, the failures of specs, and `Mismatch`, why a value is not
-//! contained in a spec.
+//! `SpecError`, the failures of specs, `Mismatch`, why a value is not
+//! contained in a spec, and `DecodeProblem`, why bytes are not a spec.
 
 use std::fmt;
 
-use tensordict::{DType, NestedKey, TensorDictError};
+use tensordict::{DType, DecodeError, NestedKey, TensorDictError};
+
+use crate::codec::{MAGIC, VERSION};
+use crate::MAX_DECODE_DEPTH;
 
 /// A key as it appears in messages: `"action"`, `("next", "reward")`, or
 /// `<root>` for the empty key (the spec or value itself).
@@ -229,6 +232,157 @@ pub enum SpecError {
     /// A tensor operation that failed.
     #[error(transparent)]
     Tensor(#[from] TensorDictError),
+    /// Bytes that [`TensorSpec::decode`] cannot read as a spec, e.g.
+    /// `cannot decode spec at byte 57 (key ("next", "done"), env 1):
+    /// unknown spec tag 12`.
+    ///
+    /// [`TensorSpec::decode`]: crate::TensorSpec::decode
+    #[error(
+        "cannot decode spec at byte {at} (key {}{}): {problem}",
+        key_name(.key),
+        env_name(.env)
+    )]
+    Decode {
+        /// Byte offset of the problem in the message. For
+        /// [`DecodeProblem::Invalid`], where the refused spec starts (or its
+        /// key, for an entry a composite refuses); for
+        /// [`DecodeProblem::Bounds`], where the bounds message starts (the
+        /// offsets of the inner error count from there).
+        at: usize,
+        /// The key of the spec being read: the composite entries from the
+        /// root to it (empty for the root spec).
+        key: NestedKey,
+        /// The part of each stack on the way to it, outermost first, as in
+        /// [`SpecError::NotContained`]; empty outside stacks.
+        env: Box<[usize]>,
+        /// What is wrong (boxed, to keep `SpecError` small).
+        problem: Box<DecodeProblem>,
+    },
+}
+
+/// What is wrong with bytes given to [`TensorSpec::decode`] (the problem of
+/// [`SpecError::Decode`]).
+///
+/// [`TensorSpec::decode`]: crate::TensorSpec::decode
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum DecodeProblem {
+    /// The message does not start with the spec magic byte (`'S'`).
+    BadMagic {
+        /// The first byte.
+        found: u8,
+    },
+    /// A layout version this decoder does not read.
+    UnsupportedVersion {
+        /// The version in the message.
+        found: u8,
+    },
+    /// The message ends before what it announces.
+    Truncated {
+        /// What was being read.
+        what: &'static str,
+        /// The bytes it needs.
+        needed: usize,
+        /// The bytes that remain.
+        remaining: usize,
+    },
+    /// An unknown tag byte: a spec kind or a dtype.
+    UnknownTag {
+        /// Which tag (`"spec"`, `"dtype"`).
+        what: &'static str,
+        /// Its value.
+        tag: u8,
+    },
+    /// A length or dim that does not fit `usize` (on 32-bit targets).
+    TooLarge {
+        /// What was being read.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// A composite key that is not UTF-8.
+    InvalidUtf8,
+    /// A composite key that does not come after the one before it (keys
+    /// are written sorted, each once).
+    KeyOrder {
+        /// The key.
+        key: String,
+        /// The key before it.
+        previous: String,
+    },
+    /// Nesting deeper than [`MAX_DECODE_DEPTH`].
+    TooDeep,
+    /// Bytes after the end of the spec.
+    TrailingBytes {
+        /// How many.
+        count: usize,
+    },
+    /// The bounds of a bounded spec are not a tensordict message.
+    Bounds(DecodeError),
+    /// The bounds message does not hold exactly the tensors `"high"` and
+    /// `"low"` at batch size `[]`.
+    BoundsEntries {
+        /// Its batch size.
+        batch_size: Vec<usize>,
+        /// Its entries, each as `"key" (kind)`.
+        entries: Vec<String>,
+    },
+    /// Well-formed bytes that make a spec the constructors refuse (the
+    /// constructor's error: `low > high`, `n == 0`, a stack of no part, an
+    /// entry whose shape does not start with its composite's, ...).
+    Invalid(Box<SpecError>),
+}
+
+impl fmt::Display for DecodeProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeProblem::BadMagic { found } => write!(
+                f,
+                "not a spec message: the first byte is {found:#04x}, not {MAGIC:#04x} ('S')"
+            ),
+            DecodeProblem::UnsupportedVersion { found } => write!(
+                f,
+                "unsupported spec message version {found} (this decoder reads {VERSION})"
+            ),
+            DecodeProblem::Truncated {
+                what,
+                needed,
+                remaining,
+            } => write!(
+                f,
+                "truncated: {what} needs {needed} bytes but {remaining} remain"
+            ),
+            DecodeProblem::UnknownTag { what, tag } => write!(f, "unknown {what} tag {tag}"),
+            DecodeProblem::TooLarge { what, value } => {
+                write!(f, "{what} {value} does not fit usize")
+            }
+            DecodeProblem::InvalidUtf8 => f.write_str("a key is not valid UTF-8"),
+            DecodeProblem::KeyOrder { key, previous } => write!(
+                f,
+                "key {key:?} does not come after key {previous:?} (keys are sorted, each once)"
+            ),
+            DecodeProblem::TooDeep => {
+                write!(
+                    f,
+                    "nesting deeper than MAX_DECODE_DEPTH ({MAX_DECODE_DEPTH}) levels"
+                )
+            }
+            DecodeProblem::TrailingBytes { count } => {
+                write!(f, "{count} trailing bytes after the spec")
+            }
+            DecodeProblem::Bounds(err) => write!(f, "bad bounds message: {err}"),
+            DecodeProblem::BoundsEntries {
+                batch_size,
+                entries,
+            } => write!(
+                f,
+                "the bounds message must hold exactly the tensors \"high\" and \"low\" at \
+                 batch size [], but holds [{}] at batch size {batch_size:?}",
+                entries.join(", ")
+            ),
+            DecodeProblem::Invalid(err) => fmt::Display::fmt(err, f),
+        }
+    }
 }
 
 /// Why a value is not contained in a spec (the reason of

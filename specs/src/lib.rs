@@ -31,6 +31,11 @@
 //!   env that differs) and lazy ([`TensorSpec::lazy_stack`], heterogeneous
 //!   envs, differing entries kept as [`StackedSpec`]s); [`TensorSpec::index`]
 //!   gives one env's spec back.
+//! - A binary codec, for a worker process to send its env's specs to the
+//!   parent: [`TensorSpec::encode`] and [`TensorSpec::decode`], which never
+//!   panics on malformed bytes, nests at most [`MAX_DECODE_DEPTH`] levels
+//!   and rebuilds every spec through the constructors
+//!   ([`SpecError::Decode`] names the byte offset and the key otherwise).
 //!
 //! ```
 //! use rand::{rngs::StdRng, SeedableRng};
@@ -56,11 +61,16 @@
 //! assert_eq!(batch.spec("action")?.shape().as_slice(), &[8, 1]);
 //! assert_eq!(batch.index(3)?, spec);
 //! println!("{batch}");
+//!
+//! // To another process and back.
+//! let batch = TensorSpec::from(batch);
+//! assert_eq!(TensorSpec::decode(&batch.encode())?, batch);
 //! # Ok(()) }
 //! ```
 #![forbid(unsafe_code)]
 
 mod check;
+mod codec;
 mod composite;
 mod display;
 mod elements;
@@ -72,8 +82,9 @@ mod stacked;
 
 pub use tensordict;
 
+pub use crate::codec::MAX_DECODE_DEPTH;
 pub use crate::composite::Composite;
-pub use crate::error::{Mismatch, SpecError};
+pub use crate::error::{DecodeProblem, Mismatch, SpecError};
 pub use crate::sample::{MAX_NON_TENSOR_NDIM, MAX_VALUE_BYTES};
 pub use crate::spec::{
     Binary, Bounded, Categorical, MultiCategorical, NonTensorSpec, OneHot, TensorSpec, Unbounded,

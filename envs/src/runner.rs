@@ -1,0 +1,165 @@
+//! `Runner`: an env's reusable buffers (input, step result, next root) and
+//! the one call of the env that a pool's worker makes per command ([`Op`]),
+//! shared by every backend so that they step envs the same way.
+
+use tensordict::{Entry, TensorDict};
+
+use crate::{Env, EnvError};
+
+/// One of the three calls a pool makes on an env.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// `reset`: the result is the reset root.
+    Reset,
+    /// `step`: the result is the step's `"next"` entries.
+    Step,
+    /// `step`, then `reset` where done: the result is the step's `"next"`
+    /// entries and the root of the next step.
+    StepAndMaybeReset,
+}
+
+impl Op {
+    /// `"reset"`, `"step"` or `"step_and_maybe_reset"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Reset => "reset",
+            Op::Step => "step",
+            Op::StepAndMaybeReset => "step_and_maybe_reset",
+        }
+    }
+}
+
+/// An env's buffers, built once from its specs and reused by every call:
+/// what a worker (thread or process) keeps beside each env.
+///
+/// ```
+/// use envs::{CountingEnv, Env, Op, Runner};
+/// use tensordict::Tensor;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut env = CountingEnv::new(0, 1);
+/// let mut runner = Runner::new(&env);
+/// runner.run(&mut env, Op::Reset, false)?;
+/// runner.input.set("action", Tensor::from_vec(&[1], vec![1i64])?)?;
+/// runner.run(&mut env, Op::StepAndMaybeReset, true)?;
+/// assert_eq!(runner.next.tensor("observation")?.to_vec::<i32>()?, vec![1]);
+/// runner.run(&mut env, Op::StepAndMaybeReset, true)?;
+/// // Done past max_steps (a count of 2): the next root is a fresh reset.
+/// assert_eq!(runner.next.tensor("done")?.to_vec::<bool>()?, vec![true]);
+/// assert_eq!(runner.root.tensor("observation")?.to_vec::<i32>()?, vec![0]);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Runner {
+    /// The env's inputs: action and state entries (zeros until written).
+    pub input: TensorDict,
+    /// The step's outputs (`"next"` entries).
+    pub next: TensorDict,
+    /// The reset output, or the root of the next step (the step's entries
+    /// without the reward, reset where done).
+    pub root: TensorDict,
+    /// What the last call was doing (`"reset"` or `"step"`): after a panic
+    /// caught around [`Runner::run`], the phase it panicked in.
+    pub during: &'static str,
+}
+
+/// An env's error in [`Runner::run`], with the phase it came from.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{during}: {source}")]
+pub struct RunError {
+    /// `"reset"` or `"step"`.
+    pub during: &'static str,
+    /// The env's error.
+    pub source: Box<EnvError>,
+}
+
+impl Runner {
+    /// Buffers shaped by `env`'s specs: the input holds the action and state
+    /// entries, `next` the step template, `root` the step template without
+    /// the reward.
+    pub fn new(env: &dyn Env) -> Runner {
+        Runner {
+            input: Runner::input_template(env),
+            next: env.step_template(),
+            root: env.step_template().exclude(env.specs().reward_keys()),
+            during: "reset",
+        }
+    }
+
+    /// Zeros for an env's inputs: its action and state entries.
+    pub fn input_template(env: &dyn Env) -> TensorDict {
+        let specs = env.specs();
+        let mut td = specs.full_action_spec().zero();
+        for (key, entry) in specs.full_state_spec().zero().items(true, true) {
+            td.set(&key, entry.clone()).expect("same batch size");
+        }
+        td
+    }
+
+    /// Runs `op` on `env` with these buffers. A reset reads the input (its
+    /// state entries) only when `with_input`; a step always does. The
+    /// result lands in `root` (reset), `next` (step), or both
+    /// (step-and-maybe-reset: a batched env resets the rows its done flags
+    /// name, through a `"_reset"` mask, as [`Env::step_and_maybe_reset`]).
+    pub fn run(&mut self, env: &mut dyn Env, op: Op, with_input: bool) -> Result<(), RunError> {
+        let reset = |e| RunError {
+            during: "reset",
+            source: Box::new(e),
+        };
+        let step = |e| RunError {
+            during: "step",
+            source: Box::new(e),
+        };
+        match op {
+            Op::Reset => {
+                self.during = "reset";
+                let input = with_input.then_some(&self.input);
+                env.reset_into(input, &mut self.root).map_err(reset)
+            }
+            Op::Step => {
+                self.during = "step";
+                env.step_into(&self.input, &mut self.next).map_err(step)
+            }
+            Op::StepAndMaybeReset => {
+                self.during = "step";
+                env.step_into(&self.input, &mut self.next).map_err(step)?;
+                self.root
+                    .fill_from(&self.next)
+                    .map_err(|e| step(EnvError::from(e)))?;
+                let done = match self.next.get("done") {
+                    Some(Entry::Tensor(t)) => t.clone(),
+                    _ => return Ok(()),
+                };
+                if !done.as_slice::<bool>().is_ok_and(|d| d.iter().any(|&x| x)) {
+                    return Ok(());
+                }
+                self.during = "reset";
+                // A batched env resets the rows its "_reset" mask names; its
+                // buffer starts as the current root, so the other rows keep
+                // their values.
+                let input = if env.batch_size().is_empty() {
+                    None
+                } else {
+                    let mut input = self.root.clone();
+                    input
+                        .set("_reset", done)
+                        .map_err(|e| reset(EnvError::from(e)))?;
+                    Some(input)
+                };
+                env.reset_into(input.as_ref(), &mut self.root)
+                    .map_err(reset)
+            }
+        }
+    }
+}
+
+/// The message of a caught panic (`std::panic::catch_unwind`'s payload):
+/// its string, or a note that it had none.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_owned()
+    }
+}

@@ -1,0 +1,1106 @@
+//! `ProcBackend`: envs in worker processes. The parent keeps, per env, a
+//! phase and a cell (input buffer, latest result or error), as the
+//! threading backend does; what differs is how work and results travel:
+//! through each worker's socket (queue exchange) or through the env's
+//! shared-memory slot (shm exchange), and that a worker can die.
+//!
+//! # Liveness
+//! One reader thread per worker reads its socket: results (queue), env
+//! failures, and the end of the socket, which is how a dead worker is
+//! found (at once, without polling). Then every env of that worker with a
+//! command in flight fails with [`ProcError::WorkerDied`] and receivers are
+//! woken; later sends to its envs fail the same way.
+//!
+//! # Phases
+//! An env is `IDLE`, `QUEUED` (sent), `DONE` (a result waits in its cell)
+//! or `FAILED` (an error waits). `QUEUED` is left only under the cell's
+//! lock, by whoever sees the result or the failure first.
+
+use std::ops::Range;
+use std::os::unix::net::UnixStream;
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use envs::{EnvSpecs, Kwargs, Op};
+use exchange::{Exchange, ReadError, Schema};
+use tensordict::{NestedKey, TensorDict};
+
+use crate::signal::Signal;
+use crate::spawn;
+use crate::wire::{write_frame, EnvEntry, FrameReader, FromWorker, ToWorker};
+use crate::worker::command_word;
+use crate::{ExchangeMode, ProcError, ProcOptions};
+
+/// No command in flight.
+const IDLE: u8 = 0;
+/// Sent; no result yet.
+const QUEUED: u8 = 1;
+/// The result is in the cell, waiting to be taken.
+const DONE: u8 = 2;
+/// The env (or its worker) failed; the error is in the cell.
+const FAILED: u8 = 3;
+
+/// One env's buffers and latest result, in the parent.
+struct Cell {
+    op: Op,
+    /// Its inputs: action and state entries.
+    input: TensorDict,
+    /// The latest step result (`"next"` entries).
+    next: TensorDict,
+    /// The latest reset root, or root of the next step.
+    root: TensorDict,
+    error: Option<ProcError>,
+    /// Shm: the clock of the last result read from the env's slot.
+    taken: u64,
+    /// When its latest result was published (ns of the monotonic clock;
+    /// shm only).
+    published_ns: u64,
+}
+
+struct Slot {
+    /// `IDLE`, `QUEUED`, `DONE` or `FAILED`.
+    phase: AtomicU8,
+    /// An order of arrival of results: receivers that take fewer results
+    /// than are ready take the oldest.
+    published: AtomicU64,
+    cell: Mutex<Cell>,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, Cell> {
+        // Nothing panics while a cell is held; recover from any other
+        // cause.
+        self.cell.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One worker process, as the parent sees it.
+struct Worker {
+    envs: Range<usize>,
+    /// Cleared (SeqCst) once its socket ended; see `send` for the pairing.
+    alive: AtomicBool,
+    /// Its socket, for commands and stop (one frame per lock).
+    writer: Mutex<UnixStream>,
+    /// Taken by whoever reaps it.
+    child: Mutex<Option<Child>>,
+    pid: u32,
+    /// Why it died, once it did.
+    death: Mutex<Option<String>>,
+}
+
+struct Shared {
+    slots: Vec<Slot>,
+    workers: Vec<Worker>,
+    /// Each env's worker.
+    worker_of: Vec<usize>,
+    names: Vec<String>,
+    signal: Signal,
+    shm: Option<Exchange>,
+    /// Set by shutdown: a worker's end is expected, not a death to report.
+    closing: AtomicBool,
+}
+
+/// The result of one env, borrowed from its cell while it is taken.
+#[derive(Debug)]
+pub struct EnvOutput<'a> {
+    /// The operation that produced it.
+    pub op: Op,
+    /// For a step: the `"next"` entries.
+    pub next: &'a TensorDict,
+    /// For a reset: the reset root; for step-and-maybe-reset: the root of
+    /// the next step.
+    pub root: &'a TensorDict,
+}
+
+/// A receiver's view of the events so far, for [`ProcBackend::wait`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket {
+    generation: u64,
+    bell: u32,
+}
+
+/// Envs in worker processes (see the module docs). The pool's semantics
+/// (busy envs, targets, `min_get`, ordering, stacking) are the facade's;
+/// this type starts the workers, moves commands and results, and reports
+/// failures and deaths.
+///
+/// # Panics
+/// The methods that take an env index (`templates`, `is_done`,
+/// `is_failed`, `published`, `peek`, `peek_many`, `release`) panic if it
+/// is not below [`ProcBackend::num_envs`]; `send` returns an error instead.
+pub struct ProcBackend {
+    shared: Arc<Shared>,
+    specs: Vec<EnvSpecs>,
+    templates: Vec<(TensorDict, TensorDict)>,
+    readers: Mutex<Vec<JoinHandle<()>>>,
+    /// Why `Auto` chose the queue, if it did.
+    exchange_reason: Option<String>,
+    shutdown_timeout: Duration,
+    shut_down: AtomicBool,
+}
+
+impl std::fmt::Debug for ProcBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcBackend")
+            .field("envs", &self.num_envs())
+            .field("workers", &self.shared.workers.len())
+            .field("shm", &self.shared.shm.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A worker being started: its process and socket.
+struct Starting {
+    child: Option<Child>,
+    pid: u32,
+    reader: FrameReader,
+    writer: UnixStream,
+    envs: Range<usize>,
+}
+
+/// What a worker said about one env it built.
+struct BuiltEnv {
+    name: String,
+    specs: EnvSpecs,
+    input: TensorDict,
+    next: TensorDict,
+    root: TensorDict,
+}
+
+/// What a successful start handshake gives: each env's report, the shm
+/// exchange (if chosen), and why auto chose the queue (if it did).
+struct Started {
+    built: Vec<BuiltEnv>,
+    shm: Option<Exchange>,
+    reason: Option<String>,
+}
+
+/// Kills and reaps workers that were being started.
+fn abandon(starting: &mut [Starting]) {
+    for s in starting {
+        if let Some(mut child) = s.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// How a worker ended, waiting up to `patience` for it to be reaped.
+fn exit_reason(child: &mut Child, patience: Duration) -> String {
+    let deadline = Instant::now() + patience;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status.to_string(),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+            Ok(None) => return "still running".into(),
+            Err(err) => return format!("status unknown ({err})"),
+        }
+    }
+}
+
+impl ProcBackend {
+    /// Starts the workers (`options.envs_per_worker` envs each), has each
+    /// build its envs from the registry (`envs[i]`: name and keyword
+    /// arguments of env `i`), and sets up the exchange. Options are checked
+    /// before anything starts; a worker or env that fails to start is an
+    /// error naming it, and every worker already started is killed and
+    /// reaped.
+    pub fn start(
+        envs: Vec<(String, Kwargs)>,
+        options: &ProcOptions,
+    ) -> Result<ProcBackend, ProcError> {
+        let n = envs.len();
+        let per = options.envs_per_worker.get();
+        let workers = n.div_ceil(per);
+        let affinity = match &options.affinity {
+            Some(a) => Some(a.resolve(workers)?),
+            None => None,
+        };
+        let deadline = Instant::now() + options.start_timeout;
+        let program = spawn::program().map_err(|e| ProcError::Spawn {
+            worker: 0,
+            program: "the current executable".into(),
+            message: e.to_string(),
+        })?;
+        let mut starting: Vec<Starting> = Vec::with_capacity(workers);
+        let started = (|| -> Result<Started, ProcError> {
+            for w in 0..workers {
+                let range = w * per..((w + 1) * per).min(n);
+                let spawn_err = |e: std::io::Error| ProcError::Spawn {
+                    worker: w,
+                    program: program.display().to_string(),
+                    message: e.to_string(),
+                };
+                let (ours, theirs) = UnixStream::pair().map_err(spawn_err)?;
+                let writer = ours.try_clone().map_err(spawn_err)?;
+                let child =
+                    spawn::start_worker(&program, &options.worker_args, w, theirs, options.quiet)
+                        .map_err(spawn_err)?;
+                let pid = child.id();
+                starting.push(Starting {
+                    child: Some(child),
+                    pid,
+                    reader: FrameReader::new(ours),
+                    writer,
+                    envs: range.clone(),
+                });
+                let hello = ToWorker::Hello {
+                    worker: w as u32,
+                    affinity: affinity
+                        .as_ref()
+                        .map(|sets| sets[w].as_slice().iter().map(|&c| c as u32).collect()),
+                    envs: range
+                        .clone()
+                        .map(|env| EnvEntry {
+                            env: env as u32,
+                            name: envs[env].0.clone(),
+                            kwargs: envs[env].1.to_bytes(),
+                        })
+                        .collect(),
+                };
+                let s = starting.last_mut().expect("just pushed");
+                write_frame(&s.writer, &hello.encode(), None)
+                    .map_err(|e| start_error(s, w, format!("could not send its envs: {e}")))?;
+            }
+            let mut built = Vec::with_capacity(n);
+            for (w, s) in starting.iter_mut().enumerate() {
+                if let Some(sets) = &affinity {
+                    match expect(s, w, deadline)? {
+                        FromWorker::Pinned { cpus } => {
+                            let cpus: Vec<usize> = cpus.into_iter().map(|c| c as usize).collect();
+                            if cpus != sets[w].as_slice() {
+                                return Err(ProcError::Pin {
+                                    worker: w,
+                                    message: format!(
+                                        "asked for CPUs {:?}, runs on {cpus:?}",
+                                        sets[w].as_slice()
+                                    ),
+                                });
+                            }
+                        }
+                        FromWorker::PinFailed { message } => {
+                            return Err(ProcError::Pin { worker: w, message })
+                        }
+                        other => return Err(unexpected(w, &other)),
+                    }
+                }
+                for env in s.envs.clone() {
+                    match expect(s, w, deadline)? {
+                        FromWorker::Built {
+                            env: e,
+                            name,
+                            specs,
+                            input,
+                            next,
+                            root,
+                        } if e as usize == env => {
+                            let bad = |what: &str, reason: String| ProcError::Protocol {
+                                worker: w,
+                                reason: format!("env {env}'s {what}: {reason}"),
+                            };
+                            built.push(BuiltEnv {
+                                name,
+                                specs: EnvSpecs::from_bytes(&specs)
+                                    .map_err(|e| bad("specs", e.to_string()))?,
+                                input: tensordict::decode(&input)
+                                    .map_err(|e| bad("input buffer", e.to_string()))?,
+                                next: tensordict::decode(&next)
+                                    .map_err(|e| bad("result buffer", e.to_string()))?,
+                                root: tensordict::decode(&root)
+                                    .map_err(|e| bad("root buffer", e.to_string()))?,
+                            });
+                        }
+                        FromWorker::BuildFailed {
+                            env: e,
+                            message,
+                            panicked,
+                        } if e as usize == env => {
+                            return Err(ProcError::Build {
+                                env,
+                                name: envs[env].0.clone(),
+                                worker: w,
+                                message,
+                                panicked,
+                            })
+                        }
+                        other => return Err(unexpected(w, &other)),
+                    }
+                }
+            }
+            let (shm, reason) = choose_exchange(options.exchange, &built)?;
+            let shm = match shm {
+                Some((input, result, next)) => {
+                    let exchange =
+                        Exchange::create("rlpool", input.clone(), result.clone(), next.clone(), n)
+                            .map_err(|e| ProcError::Shm {
+                                message: e.to_string(),
+                            })?;
+                    let msg = ToWorker::UseShm {
+                        input: input.encode(),
+                        result: result.encode(),
+                        next: next.encode(),
+                    }
+                    .encode();
+                    for (w, s) in starting.iter_mut().enumerate() {
+                        write_frame(&s.writer, &msg, Some(exchange.fd())).map_err(|e| {
+                            start_error(s, w, format!("could not send the exchange: {e}"))
+                        })?;
+                    }
+                    Some(exchange)
+                }
+                None => {
+                    let msg = ToWorker::UseQueue.encode();
+                    for (w, s) in starting.iter_mut().enumerate() {
+                        write_frame(&s.writer, &msg, None).map_err(|e| {
+                            start_error(s, w, format!("could not send the exchange: {e}"))
+                        })?;
+                    }
+                    None
+                }
+            };
+            for (w, s) in starting.iter_mut().enumerate() {
+                match expect(s, w, deadline)? {
+                    FromWorker::Started => {}
+                    other => return Err(unexpected(w, &other)),
+                }
+                let _ = s.reader.stream().set_read_timeout(None);
+            }
+            Ok(Started { built, shm, reason })
+        })();
+        let Started {
+            built,
+            shm,
+            reason: exchange_reason,
+        } = match started {
+            Ok(parts) => parts,
+            Err(err) => {
+                abandon(&mut starting);
+                return Err(err);
+            }
+        };
+        let mut slots = Vec::with_capacity(n);
+        let mut specs = Vec::with_capacity(n);
+        let mut names = Vec::with_capacity(n);
+        let mut templates = Vec::with_capacity(n);
+        for b in built {
+            specs.push(b.specs);
+            names.push(b.name);
+            templates.push((b.next.clone(), b.root.clone()));
+            slots.push(Slot {
+                phase: AtomicU8::new(IDLE),
+                published: AtomicU64::new(0),
+                cell: Mutex::new(Cell {
+                    op: Op::Reset,
+                    input: b.input,
+                    next: b.next,
+                    root: b.root,
+                    error: None,
+                    taken: 0,
+                    published_ns: 0,
+                }),
+            });
+        }
+        let mut worker_of = vec![0; n];
+        let mut readers_in = Vec::with_capacity(workers);
+        let mut worker_states = Vec::with_capacity(workers);
+        for (w, s) in starting.into_iter().enumerate() {
+            for env in s.envs.clone() {
+                worker_of[env] = w;
+            }
+            readers_in.push(s.reader);
+            worker_states.push(Worker {
+                envs: s.envs,
+                alive: AtomicBool::new(true),
+                writer: Mutex::new(s.writer),
+                child: Mutex::new(s.child),
+                pid: s.pid,
+                death: Mutex::new(None),
+            });
+        }
+        let shared = Arc::new(Shared {
+            slots,
+            workers: worker_states,
+            worker_of,
+            names,
+            signal: Signal::default(),
+            shm,
+            closing: AtomicBool::new(false),
+        });
+        let backend = ProcBackend {
+            shared: Arc::clone(&shared),
+            specs,
+            templates,
+            readers: Mutex::new(Vec::new()),
+            exchange_reason,
+            shutdown_timeout: options.shutdown_timeout,
+            shut_down: AtomicBool::new(false),
+        };
+        for (w, reader) in readers_in.into_iter().enumerate() {
+            let for_reader = Arc::clone(&shared);
+            let spawned = std::thread::Builder::new()
+                .name(format!("rlpool-reader-{w}"))
+                .spawn(move || reader_loop(&for_reader, w, reader));
+            match spawned {
+                Ok(handle) => backend
+                    .readers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(handle),
+                Err(err) => {
+                    // Dropping the backend stops the workers started.
+                    return Err(ProcError::Spawn {
+                        worker: w,
+                        program: "a reader thread".into(),
+                        message: err.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(backend)
+    }
+
+    /// Number of envs.
+    pub fn num_envs(&self) -> usize {
+        self.shared.slots.len()
+    }
+
+    /// Number of worker processes.
+    pub fn num_workers(&self) -> usize {
+        self.shared.workers.len()
+    }
+
+    /// The process id of each worker.
+    pub fn worker_pids(&self) -> Vec<u32> {
+        self.shared.workers.iter().map(|w| w.pid).collect()
+    }
+
+    /// The worker hosting `env`.
+    pub fn worker_of(&self, env: usize) -> usize {
+        self.shared.worker_of[env]
+    }
+
+    /// Each env's specs, as its worker reported them.
+    pub fn env_specs(&self) -> &[EnvSpecs] {
+        &self.specs
+    }
+
+    /// Each env's name.
+    pub fn env_names(&self) -> &[String] {
+        &self.shared.names
+    }
+
+    /// Zeros shaped like env `env`'s step result and its root result.
+    pub fn templates(&self, env: usize) -> (TensorDict, TensorDict) {
+        self.templates[env].clone()
+    }
+
+    /// Whether results travel through shared-memory slots.
+    pub fn is_shm(&self) -> bool {
+        self.shared.shm.is_some()
+    }
+
+    /// Why [`ExchangeMode::Auto`] chose the queue (`None` if it chose shm or
+    /// the mode was not auto).
+    pub fn exchange_reason(&self) -> Option<&str> {
+        self.exchange_reason.as_deref()
+    }
+
+    /// The keys the shared-memory slots carry (input, result and next
+    /// areas), sorted; empty for the queue exchange.
+    pub fn exchange_keys(&self) -> Vec<NestedKey> {
+        let Some(shm) = &self.shared.shm else {
+            return Vec::new();
+        };
+        let layout = shm.layout();
+        let mut keys: Vec<NestedKey> = exchange::Area::ALL
+            .into_iter()
+            .flat_map(|area| layout.schema(area).keys().cloned().collect::<Vec<_>>())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    /// The shared-memory exchange's statistics (empty for the queue).
+    pub fn stats(&self, reset: bool) -> Option<exchange::ExchangeStats> {
+        self.shared.shm.as_ref().map(|shm| shm.stats(reset))
+    }
+
+    /// Records a batch taken by a receive in the exchange's statistics.
+    pub fn record_batch(&self, envs: &[usize], max_get: Option<usize>, op: Op) {
+        if let Some(shm) = &self.shared.shm {
+            let taken: Vec<(usize, u64)> = envs
+                .iter()
+                .map(|&env| (env, self.shared.slots[env].lock().published_ns))
+                .collect();
+            shm.record_received(&taken, max_get, op != Op::Reset);
+        }
+    }
+
+    /// Sends `op` to each `(env, row)` of `jobs`, with the env's inputs
+    /// (action and state entries) from row `row` of `src` (or `src` itself
+    /// when `row` is `None`). Every input is copied before anything is
+    /// sent, so an invalid input sends nothing. An env of a dead worker
+    /// fails at once (its receive reports it).
+    pub fn send(
+        &self,
+        op: Op,
+        jobs: &[(usize, Option<usize>)],
+        src: Option<&TensorDict>,
+    ) -> Result<(), ProcError> {
+        let n = self.num_envs();
+        let mut addressed = vec![false; n];
+        for &(env, _) in jobs {
+            if env >= n {
+                return Err(ProcError::NoSuchEnv { env, num_envs: n });
+            }
+            // Acquire: pairs with the Release of IDLE in `release`.
+            if std::mem::replace(&mut addressed[env], true)
+                || self.shared.slots[env].phase.load(Ordering::Acquire) != IDLE
+            {
+                return Err(ProcError::Busy { env });
+            }
+        }
+        let mut with_input = Vec::with_capacity(jobs.len());
+        for &(env, row) in jobs {
+            let mut cell = self.shared.slots[env].lock();
+            let input = match (op, src) {
+                (Op::Reset, None) => false,
+                (Op::Reset, Some(_))
+                    if cell.input.is_empty() || self.specs[env].full_state_spec().is_empty() =>
+                {
+                    false
+                }
+                _ => true,
+            };
+            if input {
+                let copied = match (src, row) {
+                    (Some(src), Some(row)) => src.read_row(row, &mut cell.input),
+                    (Some(src), None) => cell.input.fill_from(src),
+                    (None, _) => Err(tensordict::TensorDictError::KeyNotFound {
+                        key: "action".into(),
+                        available: Vec::new(),
+                    }),
+                };
+                copied.map_err(|source| ProcError::Input {
+                    env,
+                    name: self.shared.names[env].clone(),
+                    source: Box::new(source),
+                })?;
+            }
+            with_input.push(input);
+        }
+        let mut failed = false;
+        for (&(env, _), &input) in jobs.iter().zip(&with_input) {
+            let slot = &self.shared.slots[env];
+            let worker = &self.shared.workers[self.shared.worker_of[env]];
+            let sent = {
+                let mut cell = slot.lock();
+                cell.op = op;
+                cell.error = None;
+                // SeqCst: ordered before the load of `alive` below (see
+                // `Shared::worker_died`).
+                slot.phase.store(QUEUED, Ordering::SeqCst);
+                match &self.shared.shm {
+                    Some(shm) => {
+                        let written = if input || op != Op::Reset {
+                            shm.write_input(env, &cell.input)
+                        } else {
+                            Ok(())
+                        };
+                        written
+                            .and_then(|()| shm.post(env, command_word(op, input)))
+                            .map_err(|e| ProcError::Shm {
+                                message: format!("env {env}: {e}"),
+                            })
+                    }
+                    None => {
+                        let msg = ToWorker::Command {
+                            env: env as u32,
+                            op,
+                            input: if input {
+                                tensordict::encode(&cell.input)
+                            } else {
+                                Vec::new()
+                            },
+                        };
+                        let stream = worker.writer.lock().unwrap_or_else(|p| p.into_inner());
+                        write_frame(&stream, &msg.encode(), None).map_err(|e| {
+                            self.shared.died_error(
+                                self.shared.worker_of[env],
+                                format!("its socket refused a command: {e}"),
+                            )
+                        })
+                    }
+                }
+            };
+            if let Err(err) = sent {
+                failed |= self.shared.fail(env, err);
+            }
+            // SeqCst: pairs with the store in `Shared::worker_died`.
+            if !worker.alive.load(Ordering::SeqCst) {
+                let err = self
+                    .shared
+                    .died_error(self.shared.worker_of[env], String::new());
+                failed |= self.shared.fail(env, err);
+            }
+        }
+        if failed {
+            self.wake_receivers();
+        }
+        Ok(())
+    }
+
+    /// Wakes every receiver (their `min_get` may be out of reach now).
+    pub fn wake_receivers(&self) {
+        self.shared.wake();
+    }
+
+    /// Whether [`ProcBackend::shutdown`] was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::Acquire)
+    }
+
+    /// Whether env `env`'s result (or failure) is ready to be taken. With
+    /// the shm exchange, a result newly published in its slot is read into
+    /// its cell here.
+    pub fn is_done(&self, env: usize) -> bool {
+        let slot = &self.shared.slots[env];
+        // Acquire: pairs with the Release of DONE / FAILED.
+        match slot.phase.load(Ordering::Acquire) {
+            DONE | FAILED => true,
+            QUEUED if self.shared.shm.is_some() => self.shared.poll_slot(env),
+            _ => false,
+        }
+    }
+
+    /// When env `env`'s result arrived (an increasing order).
+    pub fn published(&self, env: usize) -> u64 {
+        // Relaxed: read after `is_done`'s Acquire.
+        self.shared.slots[env].published.load(Ordering::Relaxed)
+    }
+
+    /// Whether env `env` failed (its error waits to be taken).
+    pub fn is_failed(&self, env: usize) -> bool {
+        self.shared.slots[env].phase.load(Ordering::Acquire) == FAILED
+    }
+
+    /// A ticket for [`ProcBackend::wait`]: take it before checking results.
+    pub fn listen(&self) -> Ticket {
+        Ticket {
+            generation: self.shared.signal.generation(),
+            bell: self.shared.shm.as_ref().map_or(0, Exchange::listen),
+        }
+    }
+
+    /// Waits until something happened after `ticket` was taken (a result,
+    /// a failure, a wake-up), or `deadline`.
+    pub fn wait(&self, ticket: Ticket, deadline: Option<Instant>) {
+        match &self.shared.shm {
+            // Failures and wake-ups ring the bell too.
+            Some(shm) => {
+                shm.wait_bell(ticket.bell, deadline);
+            }
+            None => self.shared.signal.wait(ticket.generation, deadline),
+        }
+    }
+
+    /// Reads env `env`'s result in its cell (it must be done): the output,
+    /// or the env's error.
+    pub fn peek<R>(
+        &self,
+        env: usize,
+        read: impl FnOnce(EnvOutput<'_>) -> R,
+    ) -> Result<R, ProcError> {
+        let cell = self.shared.slots[env].lock();
+        if let Some(err) = &cell.error {
+            return Err(err.clone());
+        }
+        Ok(read(EnvOutput {
+            op: cell.op,
+            next: &cell.next,
+            root: &cell.root,
+        }))
+    }
+
+    /// Reads the results of several done envs at once (none failed).
+    pub fn peek_many<R>(
+        &self,
+        envs: &[usize],
+        read: impl FnOnce(&[EnvOutput<'_>]) -> R,
+    ) -> Result<R, ProcError> {
+        let cells: Vec<MutexGuard<'_, Cell>> = envs
+            .iter()
+            .map(|&env| self.shared.slots[env].lock())
+            .collect();
+        if let Some(err) = cells.iter().find_map(|c| c.error.clone()) {
+            return Err(err);
+        }
+        let outputs: Vec<EnvOutput<'_>> = cells
+            .iter()
+            .map(|c| EnvOutput {
+                op: c.op,
+                next: &c.next,
+                root: &c.root,
+            })
+            .collect();
+        Ok(read(&outputs))
+    }
+
+    /// Marks env `env`'s result taken: a send may address it again.
+    pub fn release(&self, env: usize) {
+        let slot = &self.shared.slots[env];
+        slot.lock().error = None;
+        // Release: pairs with the Acquire in `send`.
+        slot.phase.store(IDLE, Ordering::Release);
+    }
+
+    /// Stops the workers: each is asked to stop, given the shutdown
+    /// deadline, then killed; every one is reaped, and the reader threads
+    /// are joined. Receivers are woken; idempotent; also done on drop.
+    pub fn shutdown(&self) {
+        if self.shut_down.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let shared = &self.shared;
+        shared.closing.store(true, Ordering::SeqCst);
+        let stop = ToWorker::Stop.encode();
+        for worker in &shared.workers {
+            let stream = worker.writer.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = write_frame(&stream, &stop, None);
+        }
+        let deadline = Instant::now() + self.shutdown_timeout;
+        for worker in &shared.workers {
+            let child = worker
+                .child
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(mut child) = child {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if exit_reason(&mut child, left) == "still running" {
+                    let _ = child.kill();
+                }
+                let _ = child.wait();
+            }
+            // Ends the reader's wait even if some other process still
+            // holds the worker's end.
+            let stream = worker.writer.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        let readers = std::mem::take(&mut *self.readers.lock().unwrap_or_else(|p| p.into_inner()));
+        for reader in readers {
+            let _ = reader.join();
+        }
+        shared.signal.close();
+        shared.wake();
+    }
+}
+
+impl Drop for ProcBackend {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl Shared {
+    fn wake(&self) {
+        self.signal.notify();
+        if let Some(shm) = &self.shm {
+            shm.ring();
+        }
+    }
+
+    /// The error of an env of dead worker `w`.
+    fn died_error(&self, w: usize, fallback: String) -> ProcError {
+        let worker = &self.workers[w];
+        let reason = worker
+            .death
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or(fallback);
+        ProcError::WorkerDied {
+            worker: w,
+            envs: worker.envs.clone().collect(),
+            reason,
+        }
+    }
+
+    /// Fails env `env` with `err` if its command is still in flight; whether
+    /// it did.
+    fn fail(&self, env: usize, err: ProcError) -> bool {
+        let slot = &self.slots[env];
+        let mut cell = slot.lock();
+        if slot.phase.load(Ordering::Acquire) != QUEUED {
+            return false;
+        }
+        cell.error = Some(err);
+        slot.published
+            .store(self.signal.generation(), Ordering::Relaxed);
+        // Release: the error is visible to whoever sees FAILED.
+        slot.phase.store(FAILED, Ordering::Release);
+        true
+    }
+
+    /// Shm: reads a result newly published in env `env`'s slot into its
+    /// cell; whether the env is done (or failed) now.
+    fn poll_slot(&self, env: usize) -> bool {
+        let Some(shm) = &self.shm else { return false };
+        let slot = &self.slots[env];
+        let mut cell = slot.lock();
+        match slot.phase.load(Ordering::Acquire) {
+            QUEUED => {}
+            DONE | FAILED => return true,
+            _ => return false,
+        }
+        let Cell {
+            next, root, taken, ..
+        } = &mut *cell;
+        match shm.read_into(env, *taken, next, root) {
+            Ok(Some(read)) => {
+                cell.taken = read.clock;
+                cell.published_ns = read.published_ns;
+                // Relaxed: read after the Acquire of DONE.
+                slot.published.store(read.published_ns, Ordering::Relaxed);
+                // Release: the result read above is visible to whoever sees
+                // DONE.
+                slot.phase.store(DONE, Ordering::Release);
+                true
+            }
+            Ok(None) | Err(ReadError::Busy { .. }) => false,
+            Err(err) => {
+                cell.error = Some(ProcError::Shm {
+                    message: format!("env {env}: {err}"),
+                });
+                slot.phase.store(FAILED, Ordering::Release);
+                true
+            }
+        }
+    }
+
+    /// Queue: a result from worker `w` for env `env`.
+    fn deliver(&self, w: usize, env: usize, next: &[u8], root: &[u8]) -> Result<(), String> {
+        if !self.workers[w].envs.contains(&env) {
+            return Err(format!("a result for env {env}, not one of its envs"));
+        }
+        let decode = |bytes: &[u8], what: &str| {
+            tensordict::decode(bytes).map_err(|e| format!("env {env}'s {what}: {e}"))
+        };
+        let next = (!next.is_empty())
+            .then(|| decode(next, "result"))
+            .transpose()?;
+        let root = (!root.is_empty())
+            .then(|| decode(root, "root"))
+            .transpose()?;
+        let slot = &self.slots[env];
+        {
+            let mut cell = slot.lock();
+            if slot.phase.load(Ordering::Acquire) != QUEUED {
+                return Err(format!(
+                    "a result for env {env}, which has no command in flight"
+                ));
+            }
+            if let Some(next) = next {
+                cell.next = next;
+            }
+            if let Some(root) = root {
+                cell.root = root;
+            }
+            slot.published
+                .store(self.signal.generation(), Ordering::Relaxed);
+            // Release: the result is visible to whoever sees DONE.
+            slot.phase.store(DONE, Ordering::Release);
+        }
+        self.wake();
+        Ok(())
+    }
+
+    /// Worker `w` is gone (or must be): records why, kills and reaps it if
+    /// it still runs, fails its envs in flight, wakes receivers.
+    fn worker_died(&self, w: usize, reason: String) {
+        let worker = &self.workers[w];
+        let closing = self.closing.load(Ordering::SeqCst);
+        let mut reason = reason;
+        if !closing {
+            let child = worker
+                .child
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(mut child) = child {
+                let status = exit_reason(&mut child, Duration::from_millis(20));
+                if status == "still running" {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    reason = format!("{reason}; it was killed");
+                } else {
+                    reason = format!("{reason} ({status})");
+                }
+            }
+        } else {
+            reason = "the pool shut down".into();
+        }
+        *worker.death.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+        // SeqCst: pairs with the load in `send`: a send either sees the
+        // worker dead or has set QUEUED before the scan below looks.
+        worker.alive.store(false, Ordering::SeqCst);
+        for env in worker.envs.clone() {
+            let err = self.died_error(w, String::new());
+            self.fail(env, err);
+        }
+        self.wake();
+    }
+}
+
+/// Reads a worker's socket until it ends (see the module docs).
+fn reader_loop(shared: &Shared, w: usize, mut reader: FrameReader) {
+    let reason = loop {
+        let bytes = match reader.read() {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => break "its control socket closed".to_owned(),
+            Err(err) => break format!("its control socket failed: {err}"),
+        };
+        match FromWorker::decode(&bytes) {
+            Ok(FromWorker::Result { env, next, root }) => {
+                if let Err(reason) = shared.deliver(w, env as usize, &next, &root) {
+                    break format!("protocol error: {reason}");
+                }
+            }
+            Ok(FromWorker::Failed {
+                env,
+                during,
+                message,
+                panicked,
+            }) => {
+                let env = env as usize;
+                if !shared.workers[w].envs.contains(&env) {
+                    break format!("protocol error: a failure of env {env}, not one of its envs");
+                }
+                let name = shared.names[env].clone();
+                let err = if panicked {
+                    ProcError::Panicked {
+                        env,
+                        name,
+                        worker: w,
+                        during,
+                        message,
+                    }
+                } else {
+                    ProcError::Env {
+                        env,
+                        name,
+                        worker: w,
+                        during,
+                        message,
+                    }
+                };
+                if shared.fail(env, err) {
+                    shared.wake();
+                }
+            }
+            Ok(FromWorker::Fatal { message }) => break format!("it reported: {message}"),
+            Ok(other) => break format!("protocol error: unexpected message {other:?}"),
+            Err(reason) => break format!("protocol error: {reason}"),
+        }
+    };
+    shared.worker_died(w, reason);
+}
+
+/// The next message of a starting worker, by `deadline`.
+fn expect(s: &mut Starting, w: usize, deadline: Instant) -> Result<FromWorker, ProcError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(start_error(
+            s,
+            w,
+            "no answer before the start deadline".into(),
+        ));
+    }
+    let _ = s.reader.stream().set_read_timeout(Some(left));
+    match s.reader.read() {
+        Ok(Some(bytes)) => {
+            FromWorker::decode(&bytes).map_err(|reason| ProcError::Protocol { worker: w, reason })
+        }
+        Ok(None) => Err(start_error(s, w, "it exited".into())),
+        Err(err)
+            if matches!(
+                err.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(start_error(
+                s,
+                w,
+                "no answer before the start deadline".into(),
+            ))
+        }
+        Err(err) => Err(start_error(s, w, format!("its socket failed: {err}"))),
+    }
+}
+
+/// A start error for worker `w`, with its exit status if it exited.
+fn start_error(s: &mut Starting, w: usize, what: String) -> ProcError {
+    let status = s
+        .child
+        .as_mut()
+        .map(|c| exit_reason(c, Duration::from_millis(50)));
+    let reason = match status {
+        Some(status) if status != "still running" => format!("{what} ({status})"),
+        _ => what,
+    };
+    ProcError::Start {
+        worker: w,
+        envs: s.envs.clone().collect(),
+        reason,
+    }
+}
+
+fn unexpected(w: usize, msg: &FromWorker) -> ProcError {
+    match msg {
+        FromWorker::Fatal { message } => ProcError::Protocol {
+            worker: w,
+            reason: message.clone(),
+        },
+        other => ProcError::Protocol {
+            worker: w,
+            reason: format!("unexpected message while starting: {other:?}"),
+        },
+    }
+}
+
+/// The slots' schemas (input, result, next) if every env's buffers fit one
+/// layout, else why not.
+fn shm_schemas(built: &[BuiltEnv]) -> Result<(Schema, Schema, Schema), String> {
+    let schema = |pick: fn(&BuiltEnv) -> &TensorDict, what: &str| {
+        let templates: Vec<TensorDict> = built.iter().map(|b| pick(b).clone()).collect();
+        Schema::validate_envs(&templates).map_err(|e| format!("{what}: {e}"))
+    };
+    Ok((
+        schema(|b| &b.input, "inputs (action and state)")?,
+        schema(|b| &b.next, "step results")?,
+        schema(|b| &b.root, "roots")?,
+    ))
+}
+
+/// The exchange to use: the schemas for shm, or none (queue), with the
+/// reason auto chose the queue.
+#[allow(clippy::type_complexity)]
+fn choose_exchange(
+    mode: ExchangeMode,
+    built: &[BuiltEnv],
+) -> Result<(Option<(Schema, Schema, Schema)>, Option<String>), ProcError> {
+    match mode {
+        ExchangeMode::Queue => Ok((None, None)),
+        ExchangeMode::Shm => shm_schemas(built)
+            .map(|s| (Some(s), None))
+            .map_err(|reason| ProcError::ShmUnavailable { reason }),
+        ExchangeMode::Auto => match shm_schemas(built) {
+            Ok(s) => Ok((Some(s), None)),
+            Err(reason) => Ok((None, Some(reason))),
+        },
+    }
+}

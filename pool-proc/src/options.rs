@@ -1,0 +1,161 @@
+//! `ProcOptions`: the process backend's options (envs per worker, exchange,
+//! CPU affinity, how workers are started, deadlines).
+
+use std::ffi::OsString;
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use crate::Affinity;
+
+/// How results travel from the workers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExchangeMode {
+    /// Shared-memory slots when every env's data has fixed shapes and the
+    /// same keys, dtypes and shapes; otherwise the queue (the reason is
+    /// kept: [`crate::ProcBackend::exchange_reason`]).
+    #[default]
+    Auto,
+    /// Tensordicts encoded over each worker's socket: any data.
+    Queue,
+    /// Shared-memory slots: no tensor bytes through a socket. An error at
+    /// start if the envs' data does not fit slots.
+    Shm,
+}
+
+/// Options of the process backend. Build with [`ProcOptions::default`] and
+/// the setters.
+///
+/// ```
+/// use pool_proc::{Affinity, ExchangeMode, ProcOptions};
+/// let options = ProcOptions::default()
+///     .envs_per_worker(4)
+///     .exchange(ExchangeMode::Shm)
+///     .affinity(Affinity::by_worker(|w| vec![w % 2]));
+/// assert_eq!(options.envs_per_worker.get(), 4);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcOptions {
+    /// Envs hosted by each worker process, each on its own thread there
+    /// (default 1). The last worker may host fewer.
+    pub envs_per_worker: NonZeroUsize,
+    /// The exchange (default [`ExchangeMode::Auto`]).
+    pub exchange: ExchangeMode,
+    /// One CPU set per worker, applied in the worker before any env is
+    /// built (default: none).
+    pub affinity: Option<Affinity>,
+    /// Arguments for the program when it is started again as a worker
+    /// (default: none). A test binary needs the arguments that run only the
+    /// test calling the init function: see [`libtest_worker_args`].
+    pub worker_args: Vec<OsString>,
+    /// Whether the workers' standard output is thrown away (default:
+    /// false, it is this process's). Test binaries set it: the test
+    /// harness of each worker prints its own banner.
+    pub quiet: bool,
+    /// How long a worker may take to start, pin itself and build its envs
+    /// (default 60 s).
+    pub start_timeout: Duration,
+    /// How long shutdown waits for a worker to exit before killing it
+    /// (default 2 s).
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for ProcOptions {
+    fn default() -> Self {
+        ProcOptions {
+            envs_per_worker: NonZeroUsize::MIN,
+            exchange: ExchangeMode::Auto,
+            affinity: None,
+            worker_args: Vec::new(),
+            quiet: false,
+            start_timeout: Duration::from_secs(60),
+            shutdown_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl ProcOptions {
+    /// Sets the envs per worker (0 counts as 1).
+    pub fn envs_per_worker(mut self, n: usize) -> ProcOptions {
+        self.envs_per_worker = NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN);
+        self
+    }
+
+    /// Sets the exchange.
+    pub fn exchange(mut self, exchange: ExchangeMode) -> ProcOptions {
+        self.exchange = exchange;
+        self
+    }
+
+    /// Sets the CPU affinity of the workers.
+    pub fn affinity(mut self, affinity: Affinity) -> ProcOptions {
+        self.affinity = Some(affinity);
+        self
+    }
+
+    /// Sets the arguments a worker is started with.
+    pub fn worker_args<I, S>(mut self, args: I) -> ProcOptions
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.worker_args = args.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Options for the workers of a test binary (Rust's default harness):
+    /// each runs exactly the test named `test`, which calls the init
+    /// function (see [`libtest_worker_args`]), with its output thrown away.
+    ///
+    /// ```
+    /// let options = pool_proc::ProcOptions::for_test("rlpool_worker");
+    /// assert!(options.quiet);
+    /// ```
+    pub fn for_test(test: &str) -> ProcOptions {
+        ProcOptions {
+            worker_args: libtest_worker_args(test),
+            quiet: true,
+            ..ProcOptions::default()
+        }
+    }
+
+    /// Sets whether the workers' standard output is thrown away.
+    pub fn quiet(mut self, quiet: bool) -> ProcOptions {
+        self.quiet = quiet;
+        self
+    }
+
+    /// Sets the start deadline.
+    pub fn start_timeout(mut self, timeout: Duration) -> ProcOptions {
+        self.start_timeout = timeout;
+        self
+    }
+
+    /// Sets the shutdown deadline.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> ProcOptions {
+        self.shutdown_timeout = timeout;
+        self
+    }
+}
+
+/// The arguments that make a test binary (Rust's default test harness) run
+/// exactly the test named `test` and nothing else: for
+/// [`ProcOptions::worker_args`] in integration tests, where the test
+/// `test` calls the init function.
+///
+/// ```
+/// let args = pool_proc::libtest_worker_args("worker_entry");
+/// assert_eq!(args[0], "worker_entry");
+/// ```
+pub fn libtest_worker_args(test: &str) -> Vec<OsString> {
+    [
+        test,
+        "--exact",
+        "--nocapture",
+        "--quiet",
+        "--test-threads",
+        "1",
+    ]
+    .into_iter()
+    .map(OsString::from)
+    .collect()
+}

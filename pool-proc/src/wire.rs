@@ -1,0 +1,687 @@
+//! The control socket's messages ([`ToWorker`], [`FromWorker`]), their
+//! encoding, and the framing that carries them (a little-endian `u32`
+//! length, then the message; a descriptor rides along with `SCM_RIGHTS`).
+//!
+//! Decoding never panics and never allocates more than the bytes it was
+//! given: every length is checked against what remains.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, IoSliceMut, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use envs::Op;
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+
+/// The longest frame either side accepts (a tensordict of a queue exchange
+/// included): a length above it is a protocol error, not an allocation.
+pub(crate) const MAX_FRAME: usize = 1 << 30;
+
+/// An env for a worker to build: its index in the pool, its registry name
+/// and its keyword arguments (`Kwargs::to_bytes`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct EnvEntry {
+    pub(crate) env: u32,
+    pub(crate) name: String,
+    pub(crate) kwargs: Vec<u8>,
+}
+
+/// The parent's messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ToWorker {
+    /// The first message: who the worker is, where to pin it, what to build.
+    Hello {
+        worker: u32,
+        affinity: Option<Vec<u32>>,
+        envs: Vec<EnvEntry>,
+    },
+    /// Commands and results travel over this socket.
+    UseQueue,
+    /// Commands and results travel through the exchange whose descriptor
+    /// rides with this message; the schemas are `Schema::encode`d.
+    UseShm {
+        input: Vec<u8>,
+        result: Vec<u8>,
+        next: Vec<u8>,
+    },
+    /// Queue exchange: run `op` on `env`, with the encoded input (empty:
+    /// none, for a reset without state).
+    Command { env: u32, op: Op, input: Vec<u8> },
+    /// Stop every env and exit.
+    Stop,
+}
+
+/// The worker's messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum FromWorker {
+    /// The worker pinned itself: the CPUs it now runs on.
+    Pinned { cpus: Vec<u32> },
+    /// The worker could not pin itself.
+    PinFailed { message: String },
+    /// An env was built: its name, specs (`EnvSpecs::to_bytes`) and encoded
+    /// buffers (input, step result, next root).
+    Built {
+        env: u32,
+        name: String,
+        specs: Vec<u8>,
+        input: Vec<u8>,
+        next: Vec<u8>,
+        root: Vec<u8>,
+    },
+    /// An env could not be built.
+    BuildFailed {
+        env: u32,
+        message: String,
+        panicked: bool,
+    },
+    /// The exchange is set up; commands may come.
+    Started,
+    /// Queue exchange: an env's result (encoded step result and root; each
+    /// empty when the op does not make it).
+    Result {
+        env: u32,
+        next: Vec<u8>,
+        root: Vec<u8>,
+    },
+    /// An env failed or panicked running a command.
+    Failed {
+        env: u32,
+        during: String,
+        message: String,
+        panicked: bool,
+    },
+    /// The worker cannot go on (its exchange could not be opened, a message
+    /// it could not read): it exits after sending this.
+    Fatal { message: String },
+}
+
+const HELLO: u8 = 1;
+const USE_QUEUE: u8 = 2;
+const USE_SHM: u8 = 3;
+const COMMAND: u8 = 4;
+const STOP: u8 = 5;
+
+const PINNED: u8 = 101;
+const PIN_FAILED: u8 = 102;
+const BUILT: u8 = 103;
+const BUILD_FAILED: u8 = 104;
+const STARTED: u8 = 105;
+const RESULT: u8 = 106;
+const FAILED: u8 = 107;
+const FATAL: u8 = 108;
+
+/// An op's code on the wire (and in the exchange's command word, offset by
+/// `FIRST_COMMAND`).
+pub(crate) fn op_code(op: Op) -> u8 {
+    match op {
+        Op::Reset => 0,
+        Op::Step => 1,
+        Op::StepAndMaybeReset => 2,
+    }
+}
+
+/// The op of a code from [`op_code`].
+pub(crate) fn op_of(code: u8) -> Option<Op> {
+    match code {
+        0 => Some(Op::Reset),
+        1 => Some(Op::Step),
+        2 => Some(Op::StepAndMaybeReset),
+        _ => None,
+    }
+}
+
+/// Appends fields to a message.
+#[derive(Default)]
+struct Out(Vec<u8>);
+
+impl Out {
+    fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.u32(v.len() as u32);
+        self.0.extend_from_slice(v);
+        self
+    }
+    fn str(&mut self, v: &str) -> &mut Self {
+        self.bytes(v.as_bytes())
+    }
+    fn u32s(&mut self, v: &[u32]) -> &mut Self {
+        self.u32(v.len() as u32);
+        for &x in v {
+            self.u32(x);
+        }
+        self
+    }
+}
+
+/// Reads fields of a message; every error says what and where.
+struct In<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> In<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
+        let rest = &self.bytes[self.at..];
+        if rest.len() < n {
+            return Err(format!(
+                "{what} at byte {}: needs {n} bytes, {} left",
+                self.at,
+                rest.len()
+            ));
+        }
+        self.at += n;
+        Ok(&rest[..n])
+    }
+    fn u8(&mut self, what: &str) -> Result<u8, String> {
+        Ok(self.take(1, what)?[0])
+    }
+    fn u32(&mut self, what: &str) -> Result<u32, String> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn bytes(&mut self, what: &str) -> Result<Vec<u8>, String> {
+        let n = self.u32(what)? as usize;
+        Ok(self.take(n, what)?.to_vec())
+    }
+    fn str(&mut self, what: &str) -> Result<String, String> {
+        let at = self.at;
+        String::from_utf8(self.bytes(what)?).map_err(|_| format!("{what} at byte {at}: not UTF-8"))
+    }
+    fn bool(&mut self, what: &str) -> Result<bool, String> {
+        match self.u8(what)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            b => Err(format!("{what} at byte {}: {b} is not a bool", self.at - 1)),
+        }
+    }
+    fn u32s(&mut self, what: &str) -> Result<Vec<u32>, String> {
+        let n = self.u32(what)? as usize;
+        // Bounded by the bytes left, so a bad count cannot allocate much.
+        if n > (self.bytes.len() - self.at) / 4 {
+            return Err(format!(
+                "{what} at byte {}: {n} entries do not fit",
+                self.at
+            ));
+        }
+        (0..n).map(|_| self.u32(what)).collect()
+    }
+    fn op(&mut self) -> Result<Op, String> {
+        let code = self.u8("op")?;
+        op_of(code).ok_or_else(|| format!("op at byte {}: unknown code {code}", self.at - 1))
+    }
+    fn end(&self) -> Result<(), String> {
+        if self.at == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} bytes left over after the message",
+                self.bytes.len() - self.at
+            ))
+        }
+    }
+}
+
+impl ToWorker {
+    /// The message's bytes (without the frame's length).
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Out::default();
+        match self {
+            ToWorker::Hello {
+                worker,
+                affinity,
+                envs,
+            } => {
+                out.u8(HELLO).u32(*worker);
+                match affinity {
+                    None => out.u8(0),
+                    Some(cpus) => out.u8(1).u32s(cpus),
+                };
+                out.u32(envs.len() as u32);
+                for e in envs {
+                    out.u32(e.env).str(&e.name).bytes(&e.kwargs);
+                }
+            }
+            ToWorker::UseQueue => {
+                out.u8(USE_QUEUE);
+            }
+            ToWorker::UseShm {
+                input,
+                result,
+                next,
+            } => {
+                out.u8(USE_SHM).bytes(input).bytes(result).bytes(next);
+            }
+            ToWorker::Command { env, op, input } => {
+                out.u8(COMMAND).u32(*env).u8(op_code(*op)).bytes(input);
+            }
+            ToWorker::Stop => {
+                out.u8(STOP);
+            }
+        }
+        out.0
+    }
+
+    /// Reads a message made by [`ToWorker::encode`]; an error says what is
+    /// wrong and where.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<ToWorker, String> {
+        let mut r = In { bytes, at: 0 };
+        let msg = match r.u8("tag")? {
+            HELLO => {
+                let worker = r.u32("worker")?;
+                let affinity = if r.bool("affinity flag")? {
+                    Some(r.u32s("affinity")?)
+                } else {
+                    None
+                };
+                let n = r.u32("env count")? as usize;
+                let mut envs = Vec::new();
+                for _ in 0..n {
+                    envs.push(EnvEntry {
+                        env: r.u32("env")?,
+                        name: r.str("env name")?,
+                        kwargs: r.bytes("kwargs")?,
+                    });
+                }
+                ToWorker::Hello {
+                    worker,
+                    affinity,
+                    envs,
+                }
+            }
+            USE_QUEUE => ToWorker::UseQueue,
+            USE_SHM => ToWorker::UseShm {
+                input: r.bytes("input schema")?,
+                result: r.bytes("result schema")?,
+                next: r.bytes("next schema")?,
+            },
+            COMMAND => ToWorker::Command {
+                env: r.u32("env")?,
+                op: r.op()?,
+                input: r.bytes("input")?,
+            },
+            STOP => ToWorker::Stop,
+            tag => return Err(format!("unknown message tag {tag}")),
+        };
+        r.end()?;
+        Ok(msg)
+    }
+}
+
+impl FromWorker {
+    /// The message's bytes (without the frame's length).
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Out::default();
+        match self {
+            FromWorker::Pinned { cpus } => {
+                out.u8(PINNED).u32s(cpus);
+            }
+            FromWorker::PinFailed { message } => {
+                out.u8(PIN_FAILED).str(message);
+            }
+            FromWorker::Built {
+                env,
+                name,
+                specs,
+                input,
+                next,
+                root,
+            } => {
+                out.u8(BUILT)
+                    .u32(*env)
+                    .str(name)
+                    .bytes(specs)
+                    .bytes(input)
+                    .bytes(next)
+                    .bytes(root);
+            }
+            FromWorker::BuildFailed {
+                env,
+                message,
+                panicked,
+            } => {
+                out.u8(BUILD_FAILED)
+                    .u32(*env)
+                    .str(message)
+                    .u8(u8::from(*panicked));
+            }
+            FromWorker::Started => {
+                out.u8(STARTED);
+            }
+            FromWorker::Result { env, next, root } => {
+                out.u8(RESULT).u32(*env).bytes(next).bytes(root);
+            }
+            FromWorker::Failed {
+                env,
+                during,
+                message,
+                panicked,
+            } => {
+                out.u8(FAILED)
+                    .u32(*env)
+                    .str(during)
+                    .str(message)
+                    .u8(u8::from(*panicked));
+            }
+            FromWorker::Fatal { message } => {
+                out.u8(FATAL).str(message);
+            }
+        }
+        out.0
+    }
+
+    /// Reads a message made by [`FromWorker::encode`]; an error says what
+    /// is wrong and where.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<FromWorker, String> {
+        let mut r = In { bytes, at: 0 };
+        let msg = match r.u8("tag")? {
+            PINNED => FromWorker::Pinned {
+                cpus: r.u32s("cpus")?,
+            },
+            PIN_FAILED => FromWorker::PinFailed {
+                message: r.str("message")?,
+            },
+            BUILT => FromWorker::Built {
+                env: r.u32("env")?,
+                name: r.str("env name")?,
+                specs: r.bytes("specs")?,
+                input: r.bytes("input template")?,
+                next: r.bytes("next template")?,
+                root: r.bytes("root template")?,
+            },
+            BUILD_FAILED => FromWorker::BuildFailed {
+                env: r.u32("env")?,
+                message: r.str("message")?,
+                panicked: r.bool("panicked")?,
+            },
+            STARTED => FromWorker::Started,
+            RESULT => FromWorker::Result {
+                env: r.u32("env")?,
+                next: r.bytes("next")?,
+                root: r.bytes("root")?,
+            },
+            FAILED => FromWorker::Failed {
+                env: r.u32("env")?,
+                during: r.str("during")?,
+                message: r.str("message")?,
+                panicked: r.bool("panicked")?,
+            },
+            FATAL => FromWorker::Fatal {
+                message: r.str("message")?,
+            },
+            tag => return Err(format!("unknown message tag {tag}")),
+        };
+        r.end()?;
+        Ok(msg)
+    }
+}
+
+/// Writes one frame (and `fd`, if any, with `SCM_RIGHTS`). A frame is
+/// written whole by one call under the caller's lock, so frames of several
+/// threads never interleave.
+pub(crate) fn write_frame(
+    stream: &UnixStream,
+    msg: &[u8],
+    fd: Option<BorrowedFd<'_>>,
+) -> io::Result<()> {
+    if msg.len() > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a frame of {} bytes is over the limit", msg.len()),
+        ));
+    }
+    let len = (msg.len() as u32).to_le_bytes();
+    let mut written = 0;
+    if let Some(fd) = fd {
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        let fds = [fd];
+        control.push(SendAncillaryMessage::ScmRights(&fds));
+        written = rustix::net::sendmsg(
+            stream,
+            &[IoSlice::new(&len), IoSlice::new(msg)],
+            &mut control,
+            SendFlags::NOSIGNAL,
+        )?;
+    }
+    let mut whole = Vec::with_capacity(4 + msg.len());
+    whole.extend_from_slice(&len);
+    whole.extend_from_slice(msg);
+    (&*stream).write_all(&whole[written..])
+}
+
+/// Reads frames from a socket, keeping the descriptors that arrive with
+/// them.
+#[derive(Debug)]
+pub(crate) struct FrameReader {
+    stream: UnixStream,
+    buf: Vec<u8>,
+    fds: VecDeque<OwnedFd>,
+}
+
+impl FrameReader {
+    pub(crate) fn new(stream: UnixStream) -> FrameReader {
+        FrameReader {
+            stream,
+            buf: Vec::new(),
+            fds: VecDeque::new(),
+        }
+    }
+
+    pub(crate) fn stream(&self) -> &UnixStream {
+        &self.stream
+    }
+
+    /// The oldest descriptor received and not yet taken.
+    pub(crate) fn take_fd(&mut self) -> Option<OwnedFd> {
+        self.fds.pop_front()
+    }
+
+    /// The next frame's message; `Ok(None)` at end of stream between
+    /// frames. A stream that ends inside a frame, or a length over
+    /// [`MAX_FRAME`], is an error. Blocks (up to the socket's read timeout).
+    pub(crate) fn read(&mut self) -> io::Result<Option<Vec<u8>>> {
+        loop {
+            if self.buf.len() >= 4 {
+                let len = u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]])
+                    as usize;
+                if len > MAX_FRAME {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("a frame of {len} bytes announced, over the limit"),
+                    ));
+                }
+                if self.buf.len() >= 4 + len {
+                    let msg = self.buf[4..4 + len].to_vec();
+                    self.buf.drain(..4 + len);
+                    return Ok(Some(msg));
+                }
+            }
+            if self.fill()? == 0 {
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("the stream ended inside a frame ({} bytes)", self.buf.len()),
+                    ))
+                };
+            }
+        }
+    }
+
+    fn fill(&mut self) -> io::Result<usize> {
+        let mut chunk = [0u8; 64 * 1024];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let received = loop {
+            match rustix::net::recvmsg(
+                self.stream.as_fd(),
+                &mut [IoSliceMut::new(&mut chunk)],
+                &mut control,
+                RecvFlags::CMSG_CLOEXEC,
+            ) {
+                Ok(r) => break r,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        for message in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(fds) = message {
+                self.fds.extend(fds);
+            }
+        }
+        self.buf.extend_from_slice(&chunk[..received.bytes]);
+        Ok(received.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn messages() -> (Vec<ToWorker>, Vec<FromWorker>) {
+        let to = vec![
+            ToWorker::Hello {
+                worker: 3,
+                affinity: Some(vec![0, 1]),
+                envs: vec![EnvEntry {
+                    env: 7,
+                    name: "CartPole-v1".into(),
+                    kwargs: vec![1, 2, 3],
+                }],
+            },
+            ToWorker::Hello {
+                worker: 0,
+                affinity: None,
+                envs: Vec::new(),
+            },
+            ToWorker::UseQueue,
+            ToWorker::UseShm {
+                input: vec![1],
+                result: vec![2, 2],
+                next: Vec::new(),
+            },
+            ToWorker::Command {
+                env: 2,
+                op: Op::StepAndMaybeReset,
+                input: vec![9; 10],
+            },
+            ToWorker::Stop,
+        ];
+        let from = vec![
+            FromWorker::Pinned { cpus: vec![0] },
+            FromWorker::PinFailed {
+                message: "no".into(),
+            },
+            FromWorker::Built {
+                env: 1,
+                name: "x".into(),
+                specs: vec![1],
+                input: vec![2],
+                next: vec![3],
+                root: vec![4],
+            },
+            FromWorker::BuildFailed {
+                env: 1,
+                message: "bad".into(),
+                panicked: true,
+            },
+            FromWorker::Started,
+            FromWorker::Result {
+                env: 5,
+                next: vec![1, 2],
+                root: Vec::new(),
+            },
+            FromWorker::Failed {
+                env: 5,
+                during: "step".into(),
+                message: "boom".into(),
+                panicked: false,
+            },
+            FromWorker::Fatal {
+                message: "gone".into(),
+            },
+        ];
+        (to, from)
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        let (to, from) = messages();
+        for m in to {
+            assert_eq!(ToWorker::decode(&m.encode()).unwrap(), m);
+        }
+        for m in from {
+            assert_eq!(FromWorker::decode(&m.encode()).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn truncated_or_extended_messages_are_errors_naming_the_field() {
+        let (to, from) = messages();
+        for m in to {
+            let bytes = m.encode();
+            for cut in 0..bytes.len() {
+                assert!(ToWorker::decode(&bytes[..cut]).is_err());
+            }
+            let mut longer = bytes.clone();
+            longer.push(0);
+            assert!(ToWorker::decode(&longer).unwrap_err().contains("left over"));
+        }
+        for m in from {
+            let bytes = m.encode();
+            for cut in 0..bytes.len() {
+                assert!(FromWorker::decode(&bytes[..cut]).is_err());
+            }
+        }
+        assert_eq!(
+            ToWorker::decode(&[99]).unwrap_err(),
+            "unknown message tag 99"
+        );
+        let err = ToWorker::decode(&[COMMAND, 0, 0, 0, 0, 9, 0, 0, 0, 0]).unwrap_err();
+        assert_eq!(err, "op at byte 5: unknown code 9");
+        // A count far above the bytes left allocates nothing.
+        let err = FromWorker::decode(&[PINNED, 255, 255, 255, 255]).unwrap_err();
+        assert!(err.contains("do not fit"), "{err}");
+    }
+
+    #[test]
+    fn frames_carry_messages_and_a_descriptor() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (keep, _other) = UnixStream::pair().unwrap();
+        write_frame(&a, &[1, 2, 3], None).unwrap();
+        write_frame(&a, &[4; 100_000], Some(keep.as_fd())).unwrap();
+        write_frame(&a, &[], None).unwrap();
+        drop(a);
+        let mut reader = FrameReader::new(b);
+        assert_eq!(reader.read().unwrap(), Some(vec![1, 2, 3]));
+        assert_eq!(reader.read().unwrap(), Some(vec![4; 100_000]));
+        assert!(reader.take_fd().is_some());
+        assert_eq!(reader.read().unwrap(), Some(vec![]));
+        assert_eq!(reader.read().unwrap(), None);
+    }
+
+    #[test]
+    fn a_frame_cut_short_or_too_long_is_an_error() {
+        let (a, b) = UnixStream::pair().unwrap();
+        (&a).write_all(&[10, 0, 0, 0, 1]).unwrap();
+        drop(a);
+        let err = FrameReader::new(b).read().unwrap_err();
+        assert!(err.to_string().contains("inside a frame"), "{err}");
+        let (a, b) = UnixStream::pair().unwrap();
+        (&a).write_all(&u32::MAX.to_le_bytes()).unwrap();
+        let err = FrameReader::new(b).read().unwrap_err();
+        assert!(err.to_string().contains("over the limit"), "{err}");
+    }
+}

@@ -1,0 +1,212 @@
+//! `Dispatch`: the backend a pool drives, a private enum matched in each
+//! method (crossbeam's flavors): backend internals never appear in the
+//! facade's API.
+
+use std::time::Instant;
+
+use envs::{EnvSpecs, Op};
+use pool_proc::ProcBackend;
+use pool_thread::ThreadBackend;
+use tensordict::TensorDict;
+
+use crate::PoolError;
+
+/// The backend of a pool.
+#[derive(Debug)]
+pub(crate) enum Dispatch {
+    Threads(ThreadBackend),
+    Procs(ProcBackend),
+}
+
+/// One env's result, borrowed from its backend while it is read.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Output<'a> {
+    /// For a step: the `"next"` entries.
+    pub(crate) next: &'a TensorDict,
+    /// For a reset: the reset root; for step-and-maybe-reset: the root of
+    /// the next step.
+    pub(crate) root: &'a TensorDict,
+}
+
+/// What a receiver saw before checking results: a wait returns once
+/// something happened after it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Ticket {
+    Threads { generation: u64, epoch: u64 },
+    Procs(pool_proc::Ticket),
+}
+
+impl Dispatch {
+    pub(crate) fn num_envs(&self) -> usize {
+        match self {
+            Dispatch::Threads(b) => b.num_envs(),
+            Dispatch::Procs(b) => b.num_envs(),
+        }
+    }
+
+    pub(crate) fn env_specs(&self) -> &[EnvSpecs] {
+        match self {
+            Dispatch::Threads(b) => b.env_specs(),
+            Dispatch::Procs(b) => b.env_specs(),
+        }
+    }
+
+    pub(crate) fn env_names(&self) -> &[String] {
+        match self {
+            Dispatch::Threads(b) => b.env_names(),
+            Dispatch::Procs(b) => b.env_names(),
+        }
+    }
+
+    /// Zeros shaped like env `env`'s step result and root result.
+    pub(crate) fn templates(&self, env: usize) -> (TensorDict, TensorDict) {
+        match self {
+            Dispatch::Threads(b) => b.templates(env),
+            Dispatch::Procs(b) => b.templates(env),
+        }
+    }
+
+    pub(crate) fn send(
+        &self,
+        op: Op,
+        jobs: &[(usize, Option<usize>)],
+        src: Option<&TensorDict>,
+    ) -> Result<(), PoolError> {
+        match self {
+            Dispatch::Threads(b) => Ok(b.send(op, jobs, src)?),
+            Dispatch::Procs(b) => Ok(b.send(op, jobs, src)?),
+        }
+    }
+
+    pub(crate) fn listen(&self) -> Ticket {
+        match self {
+            Dispatch::Threads(b) => Ticket::Threads {
+                generation: b.generation(),
+                epoch: b.epoch(),
+            },
+            Dispatch::Procs(b) => Ticket::Procs(b.listen()),
+        }
+    }
+
+    /// Waits until at least `needed` more results were published after
+    /// `ticket` (or anything happened, for processes), a wake-up, or
+    /// `deadline`.
+    pub(crate) fn wait(&self, ticket: Ticket, needed: usize, deadline: Option<Instant>) {
+        match (self, ticket) {
+            (Dispatch::Threads(b), Ticket::Threads { generation, epoch }) => {
+                b.wait_for(generation + needed as u64, epoch, deadline);
+            }
+            (Dispatch::Procs(b), Ticket::Procs(ticket)) => b.wait(ticket, deadline),
+            _ => unreachable!("a ticket comes from its own backend"),
+        }
+    }
+
+    pub(crate) fn wake_receivers(&self) {
+        match self {
+            Dispatch::Threads(b) => b.wake_receivers(),
+            Dispatch::Procs(b) => b.wake_receivers(),
+        }
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        match self {
+            Dispatch::Threads(b) => b.is_shut_down(),
+            Dispatch::Procs(b) => b.is_shut_down(),
+        }
+    }
+
+    pub(crate) fn is_done(&self, env: usize) -> bool {
+        match self {
+            Dispatch::Threads(b) => b.is_done(env),
+            Dispatch::Procs(b) => b.is_done(env),
+        }
+    }
+
+    pub(crate) fn is_failed(&self, env: usize) -> bool {
+        match self {
+            Dispatch::Threads(b) => b.is_failed(env),
+            Dispatch::Procs(b) => b.is_failed(env),
+        }
+    }
+
+    pub(crate) fn published(&self, env: usize) -> u64 {
+        match self {
+            Dispatch::Threads(b) => b.published(env),
+            Dispatch::Procs(b) => b.published(env),
+        }
+    }
+
+    /// Reads env `env`'s result (it must be done), or returns its error.
+    pub(crate) fn peek<R>(
+        &self,
+        env: usize,
+        read: impl FnOnce(Output<'_>) -> R,
+    ) -> Result<R, PoolError> {
+        match self {
+            Dispatch::Threads(b) => Ok(b.peek(env, |o| {
+                read(Output {
+                    next: o.next,
+                    root: o.root,
+                })
+            })?),
+            Dispatch::Procs(b) => Ok(b.peek(env, |o| {
+                read(Output {
+                    next: o.next,
+                    root: o.root,
+                })
+            })?),
+        }
+    }
+
+    /// Reads the results of several done envs at once.
+    pub(crate) fn peek_many<R>(
+        &self,
+        envs: &[usize],
+        read: impl FnOnce(&[Output<'_>]) -> R,
+    ) -> Result<R, PoolError> {
+        match self {
+            Dispatch::Threads(b) => Ok(b.peek_many(envs, |outs| {
+                let outs: Vec<Output<'_>> = outs
+                    .iter()
+                    .map(|o| Output {
+                        next: o.next,
+                        root: o.root,
+                    })
+                    .collect();
+                read(&outs)
+            })?),
+            Dispatch::Procs(b) => Ok(b.peek_many(envs, |outs| {
+                let outs: Vec<Output<'_>> = outs
+                    .iter()
+                    .map(|o| Output {
+                        next: o.next,
+                        root: o.root,
+                    })
+                    .collect();
+                read(&outs)
+            })?),
+        }
+    }
+
+    pub(crate) fn release(&self, env: usize) {
+        match self {
+            Dispatch::Threads(b) => b.release(env),
+            Dispatch::Procs(b) => b.release(env),
+        }
+    }
+
+    /// Counts a batch taken by a receive in the exchange's statistics.
+    pub(crate) fn record_batch(&self, envs: &[usize], max_get: Option<usize>, op: Op) {
+        match self {
+            Dispatch::Threads(_) => {}
+            Dispatch::Procs(b) => b.record_batch(envs, max_get, op),
+        }
+    }
+
+    pub(crate) fn shutdown(&self) {
+        match self {
+            Dispatch::Threads(b) => b.shutdown(),
+            Dispatch::Procs(b) => b.shutdown(),
+        }
+    }
+}
