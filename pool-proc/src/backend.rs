@@ -605,6 +605,8 @@ impl ProcBackend {
                 // `Shared::worker_died`).
                 slot.phase.store(QUEUED, Ordering::SeqCst);
                 match &self.shared.shm {
+                    // A dead worker takes no command: failed below.
+                    _ if !worker.alive.load(Ordering::SeqCst) => Ok(()),
                     Some(shm) => {
                         let written = if input || op != Op::Reset {
                             shm.write_input(env, &cell.input)
@@ -628,12 +630,13 @@ impl ProcBackend {
                             },
                         };
                         let stream = worker.writer.lock().unwrap_or_else(|p| p.into_inner());
-                        write_frame(&stream, &msg.encode(), None).map_err(|e| {
-                            self.shared.died_error(
-                                self.shared.worker_of[env],
-                                format!("its socket refused a command: {e}"),
-                            )
-                        })
+                        // A socket that refuses the command belongs to a
+                        // worker that is gone or going: its reader sees the
+                        // end and fails the env with the reason (exit
+                        // status); the check of `alive` below covers a
+                        // reader that already did.
+                        let _ = write_frame(&stream, &msg.encode(), None);
+                        Ok(())
                     }
                 }
             };

@@ -9,8 +9,19 @@
 #[macro_use]
 mod common;
 
-use pool::envs::Kwargs;
-use pool::{AsyncEnvPool, Backend, ExchangeMode, PoolBuilder, ProcOptions, ResolvedExchange};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use pool::envs::{CountingEnv, Env, Kwargs};
+use pool::tensordict::StackedTensorDict;
+use pool::{
+    Affinity, AffinityError, AsyncEnvPool, Backend, ExchangeMode, PoolBuilder, PoolError,
+    ProcError, ProcOptions, Recv, ResolvedExchange, StackMode, Target,
+};
+
+use common::test_envs::{self, WHERE_AM_I};
+use common::{actions, env_index, expect_err, int_at, watchdog};
 
 /// The entry point of every worker of this binary; in the parent it only
 /// registers the test envs.
@@ -20,9 +31,49 @@ fn rlpool_worker() {
     pool::init();
 }
 
-fn procs(exchange: ExchangeMode) -> Backend {
-    Backend::Multiprocessing(ProcOptions::for_test("rlpool_worker").exchange(exchange))
+fn options(exchange: ExchangeMode) -> ProcOptions {
+    ProcOptions::for_test("rlpool_worker").exchange(exchange)
 }
+
+fn procs(exchange: ExchangeMode) -> Backend {
+    Backend::Multiprocessing(options(exchange))
+}
+
+/// Whether process `pid` is gone (reaped: no `/proc` entry; a zombie still
+/// has one).
+fn gone(pid: u32) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Waits up to `patience` for every process of `pids` to be gone.
+fn all_gone(pids: &[u32], patience: Duration) -> bool {
+    let deadline = Instant::now() + patience;
+    loop {
+        if pids.iter().all(|&pid| gone(pid)) {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The names under `/dev/shm` (the pool must add none: its shared memory
+/// is a memfd).
+fn dev_shm() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+const EXCHANGES: [ExchangeMode; 2] = [ExchangeMode::Queue, ExchangeMode::Shm];
 
 fn queue(builder: PoolBuilder) -> PoolBuilder {
     builder.backend(procs(ExchangeMode::Queue))
@@ -70,3 +121,444 @@ fn smoke() {
 // The conformance suite on both exchanges.
 conformance!(queue_exchange, queue);
 conformance!(shm_exchange, shm);
+
+/// Closures cannot travel to a worker: a typed error that says to register
+/// the env.
+#[test]
+fn closure_envs_need_the_registry() {
+    let err = AsyncEnvPool::builder()
+        .backend(procs(ExchangeMode::Queue))
+        .registered_n("CountingEnv", 1, Kwargs::new())
+        .env(|| Ok(Box::new(CountingEnv::new(0, 5)) as Box<dyn Env>))
+        .build()
+        .unwrap_err();
+    assert_eq!(err, PoolError::NeedsRegistry { env: 1 });
+    assert!(err.to_string().contains("register it"), "{err}");
+}
+
+/// Shm is refused for heterogeneous envs (naming the key and env); auto
+/// falls back to the queue and says why; shm reports its keys.
+#[test]
+fn exchange_choice_and_report() {
+    watchdog(|| {
+        let mixed = |exchange| {
+            AsyncEnvPool::builder()
+                .backend(procs(exchange))
+                .stack(StackMode::Lazy)
+                .registered_n("CartPole-v1", 1, Kwargs::new())
+                .registered_n("Pendulum-v1", 1, Kwargs::new())
+                .build()
+        };
+        let err = mixed(ExchangeMode::Shm).unwrap_err();
+        assert!(
+            matches!(&err, PoolError::Proc(ProcError::ShmUnavailable { reason }) if reason.contains("\"action\"") && reason.contains("env 1")),
+            "{err}"
+        );
+        let pool = mixed(ExchangeMode::Auto).unwrap();
+        assert_eq!(pool.resolved_exchange(), ResolvedExchange::Queue);
+        assert!(pool.exchange_reason().unwrap().contains("env 1"));
+        assert!(pool.exchange_keys().is_empty());
+        assert!(pool.stats(false).is_empty());
+        pool.reset(None).unwrap();
+
+        let pool = AsyncEnvPool::builder()
+            .backend(procs(ExchangeMode::Auto))
+            .registered_n("CartPole-v1", 2, Kwargs::new())
+            .build()
+            .unwrap();
+        assert_eq!(pool.resolved_exchange(), ResolvedExchange::Shm);
+        assert_eq!(pool.exchange_reason(), None);
+        let keys: Vec<String> = pool
+            .exchange_keys()
+            .iter()
+            .map(|k| format!("{k:?}"))
+            .collect();
+        for key in ["action", "observation", "reward", "done"] {
+            assert!(
+                keys.iter().any(|k| k.contains(key)),
+                "{key} not in {keys:?}"
+            );
+        }
+    });
+}
+
+/// A worker whose env cannot be built (bad keyword, constructor error) is
+/// an error naming the env and worker; the pool is not built and every
+/// worker started is reaped.
+#[test]
+fn a_failed_start_names_the_env_and_reaps_the_workers() {
+    watchdog(|| {
+        let before = dev_shm();
+        let err = AsyncEnvPool::builder()
+            .backend(Backend::Multiprocessing(
+                options(ExchangeMode::Shm).envs_per_worker(2),
+            ))
+            .registered_n("CountingEnv", 3, Kwargs::new())
+            .registered_n("CountingEnv", 1, Kwargs::new().with("no_such_kwarg", 1))
+            .build()
+            .unwrap_err();
+        match &err {
+            PoolError::Proc(ProcError::Build {
+                env: 3,
+                worker: 1,
+                name,
+                panicked: false,
+                message,
+            }) => {
+                assert_eq!(name, "CountingEnv");
+                assert!(message.contains("no_such_kwarg"), "{message}");
+            }
+            other => panic!("expected a build error of env 3, got {other}"),
+        }
+        assert!(
+            err.to_string().starts_with("env 3 (CountingEnv, worker 1)"),
+            "{err}"
+        );
+        assert_eq!(dev_shm(), before);
+    });
+}
+
+/// Affinity is checked before anything starts, with errors naming the
+/// worker; a worker pinned to a CPU runs its envs there.
+#[test]
+fn affinity_is_checked_then_applied() {
+    watchdog(|| {
+        let with = |affinity: Affinity| {
+            AsyncEnvPool::builder()
+                .backend(Backend::Multiprocessing(
+                    options(ExchangeMode::Queue).affinity(affinity),
+                ))
+                .registered_n(WHERE_AM_I, 2, Kwargs::new())
+                .build()
+        };
+        test_envs::register();
+        let err = with(Affinity::per_worker([[0]])).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PoolError::Proc(ProcError::Affinity(AffinityError::Count {
+                    sets: 1,
+                    workers: 2
+                }))
+            ),
+            "{err}"
+        );
+        let err = with(Affinity::per_worker([vec![0], vec![]])).unwrap_err();
+        assert_eq!(err.to_string(), "worker 1: empty CPU set");
+        let available = pool::available_cpus().unwrap();
+        let first = available[0];
+        let pool = with(Affinity::by_worker(move |_| vec![first])).unwrap();
+        let root = pool.reset(None).unwrap().into_dense().unwrap();
+        let obs = root.tensor("observation").unwrap().to_vec::<i64>().unwrap();
+        // Each env: one CPU, the one asked for, in its own worker process.
+        assert_eq!((obs[0], obs[1]), (1, first as i64));
+        assert_eq!((obs[3], obs[4]), (1, first as i64));
+        let pids = pool.worker_pids();
+        assert_eq!(obs[2], i64::from(pids[0]));
+        assert_eq!(obs[5], i64::from(pids[1]));
+    });
+}
+
+/// Several envs share a worker (each on its own thread there): 8 envs on
+/// 2 workers step correctly, on both exchanges.
+#[test]
+fn eight_envs_on_two_workers() {
+    watchdog(|| {
+        test_envs::register();
+        for exchange in EXCHANGES {
+            let pool = AsyncEnvPool::builder()
+                .backend(Backend::Multiprocessing(
+                    options(exchange).envs_per_worker(4),
+                ))
+                .registered_n(WHERE_AM_I, 8, Kwargs::new())
+                .build()
+                .unwrap();
+            let pids = pool.worker_pids();
+            assert_eq!(pids.len(), 2);
+            let root = pool.reset(None).unwrap().into_dense().unwrap();
+            let obs = root.tensor("observation").unwrap().to_vec::<i64>().unwrap();
+            let env_pids: Vec<i64> = obs.chunks(3).map(|o| o[2]).collect();
+            let expected: Vec<i64> = (0..8).map(|e| i64::from(pids[e / 4])).collect();
+            assert_eq!(env_pids, expected);
+
+            let counters = AsyncEnvPool::builder()
+                .backend(Backend::Multiprocessing(
+                    options(exchange).envs_per_worker(4),
+                ))
+                .registered_each(
+                    "CountingEnv",
+                    8,
+                    (0..8)
+                        .map(|i| Kwargs::new().with("start_val", i).with("max_steps", 1000))
+                        .collect(),
+                )
+                .build()
+                .unwrap();
+            counters.reset(None).unwrap();
+            for step in 1..=20 {
+                counters
+                    .async_step_send(actions(&[1; 8]), Target::All)
+                    .unwrap();
+                let mut seen = 0;
+                while seen < 8 {
+                    let batch = counters.async_step_recv(Recv::new().min_get(1)).unwrap();
+                    let batch = batch.into_dense().unwrap();
+                    let obs = batch
+                        .tensor(("next", "observation"))
+                        .unwrap()
+                        .to_vec::<i32>()
+                        .unwrap();
+                    for (env, value) in env_index(&StackedTensorDict::Dense(batch))
+                        .into_iter()
+                        .zip(obs)
+                    {
+                        assert_eq!(value, env as i32 + step);
+                        seen += 1;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// A worker killed with SIGKILL: the receive that concerns it returns an
+/// error naming the worker and its envs (a receive with no deadline too),
+/// the other worker's envs go on, and shutdown reaps everyone.
+#[test]
+fn a_killed_worker_is_an_error_never_a_hang() {
+    watchdog(|| {
+        for exchange in EXCHANGES {
+            let before = dev_shm();
+            let pool = AsyncEnvPool::builder()
+                .backend(Backend::Multiprocessing(
+                    options(exchange).envs_per_worker(2),
+                ))
+                .registered_n("CountingEnv", 4, Kwargs::new().with("max_steps", 1000))
+                .build()
+                .unwrap();
+            pool.reset(None).unwrap();
+            let pids = pool.worker_pids();
+            let killed = Command::new("kill")
+                .args(["-9", &pids[0].to_string()])
+                .status()
+                .unwrap();
+            assert!(killed.success());
+            pool.async_step_send(actions(&[1; 4]), Target::All).unwrap();
+            let start = Instant::now();
+            let mut died = Vec::new();
+            let mut ok = Vec::new();
+            while died.len() + ok.len() < 4 {
+                // No deadline: must return anyway.
+                match pool.async_step_recv(Recv::new()) {
+                    Ok(batch) => ok.extend(env_index(&batch)),
+                    Err(PoolError::Proc(ProcError::WorkerDied {
+                        worker,
+                        envs,
+                        reason,
+                    })) => {
+                        assert_eq!((worker, &envs), (0, &vec![0, 1]), "{reason}");
+                        assert!(reason.contains("signal: 9"), "{reason}");
+                        died.push(worker);
+                    }
+                    Err(other) => panic!("unexpected error: {other}"),
+                }
+            }
+            let elapsed = start.elapsed();
+            assert_eq!(died.len(), 2, "one error per env of the dead worker");
+            ok.sort_unstable();
+            assert_eq!(ok, [2, 3]);
+            // Generous bound for a loaded machine; it is reported at once.
+            assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+            // Its envs keep failing at once; the others keep working.
+            pool.async_step_send(actions(&[1; 2]), Target::Envs(vec![1, 3]))
+                .unwrap();
+            let err = expect_err(pool.async_step_recv_env(1, None), "dead env");
+            assert!(
+                err.to_string().contains("worker 0 (envs [0, 1]) died"),
+                "{err}"
+            );
+            let out = pool
+                .async_step_recv_env(3, Some(Duration::from_secs(10)))
+                .unwrap();
+            assert_eq!(int_at(&out, &["next", "observation"]), 2);
+            pool.shutdown();
+            assert!(
+                all_gone(&pids, Duration::from_secs(5)),
+                "workers left: {pids:?}"
+            );
+            assert_eq!(dev_shm(), before);
+        }
+    });
+}
+
+/// Shutdown (explicit or on drop) reaps every worker, on both exchanges;
+/// nothing appears under /dev/shm.
+#[test]
+fn shutdown_and_drop_reap_every_worker() {
+    watchdog(|| {
+        let before = dev_shm();
+        for exchange in EXCHANGES {
+            let pool = AsyncEnvPool::builder()
+                .backend(Backend::Multiprocessing(
+                    options(exchange).envs_per_worker(2),
+                ))
+                .registered_n("CartPole-v1", 4, Kwargs::new())
+                .build()
+                .unwrap();
+            pool.reset(None).unwrap();
+            // Results left in flight.
+            pool.async_step_send(actions(&[1; 4]), Target::All).unwrap();
+            let pids = pool.worker_pids();
+            assert!(pids.iter().all(|&p| !gone(p)));
+            drop(pool);
+            assert!(
+                all_gone(&pids, Duration::from_secs(5)),
+                "workers left: {pids:?}"
+            );
+        }
+        assert_eq!(dev_shm(), before);
+    });
+}
+
+/// Set (to "panic" or "abort") in a child test process: see
+/// `workers_die_with_a_parent_that_panics_or_aborts`.
+const DOOMED: &str = "RLPOOL_TEST_DOOMED_PARENT";
+
+/// In a child test process: builds a pool, prints its workers' pids, then
+/// panics or aborts with the pool alive. Elsewhere: nothing.
+#[test]
+fn doomed_parent() {
+    let Ok(how) = std::env::var(DOOMED) else {
+        return;
+    };
+    let pool = AsyncEnvPool::builder()
+        .backend(procs(ExchangeMode::Shm))
+        .registered_n("CountingEnv", 2, Kwargs::new())
+        .build()
+        .unwrap();
+    pool.reset(None).unwrap();
+    let pids: Vec<String> = pool.worker_pids().iter().map(u32::to_string).collect();
+    println!("worker pids: {}", pids.join(" "));
+    if how == "abort" {
+        std::process::abort();
+    }
+    panic!("deliberate panic with the pool alive");
+}
+
+/// A parent process that panics (unwinding drops the pool) or aborts (no
+/// drop at all: the parent-death signal and the socket's end) leaves no
+/// worker behind.
+#[test]
+fn workers_die_with_a_parent_that_panics_or_aborts() {
+    watchdog(|| {
+        for how in ["panic", "abort"] {
+            let out = Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "doomed_parent",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads",
+                    "1",
+                ])
+                .env(DOOMED, how)
+                .output()
+                .unwrap();
+            assert!(!out.status.success(), "{how}: the parent was to fail");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let pids: Vec<u32> = stdout
+                .lines()
+                .find_map(|l| l.split_once("worker pids: ").map(|(_, pids)| pids))
+                .unwrap_or_else(|| panic!("{how}: no pids in {stdout}"))
+                .split_whitespace()
+                .map(|p| p.parse().unwrap())
+                .collect();
+            assert_eq!(pids.len(), 2);
+            assert!(
+                all_gone(&pids, Duration::from_secs(10)),
+                "{how}: workers left: {pids:?}"
+            );
+        }
+    });
+}
+
+/// TorchRL's deadline batching with statistics on the shm exchange: a poll
+/// (`max_get` 4, timeout 0) takes the one reset ready, a receive of exactly
+/// three takes the rest: two batches, four items, a fill ratio of 4/7, half
+/// the batches partial, and no consumer busy time (resets do not wait for
+/// actions).
+#[test]
+fn deadline_batching_statistics() {
+    watchdog(|| {
+        let pool = AsyncEnvPool::builder()
+            .backend(procs(ExchangeMode::Shm))
+            .registered_n("CountingEnv", 4, Kwargs::new())
+            .build()
+            .unwrap();
+        pool.reset(None).unwrap();
+        pool.stats(true);
+        pool.async_reset_send(None, Target::Envs(vec![1])).unwrap();
+        let poll = Recv::new().min_get(1).max_get(4).timeout(Duration::ZERO);
+        let first = loop {
+            // A poll that finds nothing ready is no batch.
+            match pool.async_reset_recv(poll) {
+                Ok(batch) => break batch,
+                Err(PoolError::Timeout { .. }) => std::thread::yield_now(),
+                Err(other) => panic!("{other}"),
+            }
+        };
+        assert_eq!(env_index(&first), [1]);
+        pool.async_reset_send(None, Target::Envs(vec![0, 2, 3]))
+            .unwrap();
+        let rest = pool
+            .async_reset_recv(
+                Recv::new()
+                    .min_get(3)
+                    .max_get(3)
+                    .timeout(Duration::from_secs(10)),
+            )
+            .unwrap();
+        assert_eq!(env_index(&rest), [0, 2, 3]);
+        let stats = pool.stats(true);
+        assert_eq!(stats["batches"], 2.0);
+        assert_eq!(stats["items"], 4.0);
+        assert_eq!(stats["avg_batch_size"], 2.0);
+        assert!(
+            (stats["batch_fill_ratio"] - 4.0 / 7.0).abs() < 1e-9,
+            "{stats:?}"
+        );
+        assert_eq!(stats["partial_batch_fraction"], 0.5);
+        assert_eq!(stats["consumer_busy_fraction"], 0.0);
+        assert_eq!(pool.stats(false)["batches"], 0.0);
+    });
+}
+
+/// Results own their storage: a lazy batch and a per-env result taken
+/// over shm keep their values while their envs step on.
+#[test]
+fn results_taken_over_shm_keep_their_values() {
+    watchdog(|| {
+        let pool = AsyncEnvPool::builder()
+            .backend(procs(ExchangeMode::Shm))
+            .stack(StackMode::Lazy)
+            .registered_n("CountingEnv", 2, Kwargs::new().with("max_steps", 1000))
+            .build()
+            .unwrap();
+        pool.reset(None).unwrap();
+        pool.async_step_send(actions(&[1, 1]), Target::All).unwrap();
+        let batch = pool.async_step_recv(Recv::all(2)).unwrap();
+        pool.async_step_send(actions(&[1; 1]).index(0).unwrap(), Target::Env(0))
+            .unwrap();
+        let held = pool.async_step_recv_env(0, None).unwrap();
+        for _ in 0..2 {
+            pool.step(actions(&[5, 5])).unwrap();
+        }
+        let dense = batch.into_dense().unwrap();
+        let obs = dense
+            .tensor(("next", "observation"))
+            .unwrap()
+            .to_vec::<i32>()
+            .unwrap();
+        assert_eq!(obs, vec![1, 1]);
+        assert_eq!(int_at(&held, &["next", "observation"]), 2);
+    });
+}
