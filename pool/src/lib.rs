@@ -4,8 +4,8 @@
 //! and collects whichever results are ready: a full batch, the first `k`,
 //! all that is ready before a deadline, or one given environment. This is
 //! the facade crate: [`AsyncEnvPool`] with its [`Backend`] (worker threads
-//! today), and the layers below it re-exported so that a user can depend on
-//! this crate alone:
+//! or worker processes), and the layers below it re-exported so that a user
+//! can depend on this crate alone:
 //!
 //! - [`tensordict`]: the data model (tensors, tensordicts, stacking, codec);
 //! - [`specs`]: tensor specs and their stacking across envs;
@@ -31,6 +31,40 @@
 //! let rest = pool.async_step_recv(Recv::new().min_get(4).timeout(Duration::from_secs(5)))?;
 //! assert_eq!(rest.len(), 4);
 //! # Ok(()) }
+//! ```
+//!
+//! # Worker processes
+//!
+//! With [`Backend::Multiprocessing`], envs run in worker processes: your
+//! own program started again in worker mode. Call [`init`] at the top of
+//! `main`, after registering your own envs (workers build envs by registry
+//! name); in a worker it runs the worker and never returns, anywhere else
+//! it returns at once. In an integration test, add a test that registers
+//! the envs and calls [`init`], and start the workers with
+//! [`ProcOptions::for_test`] naming it.
+//!
+//! ```
+//! use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions, ResolvedExchange};
+//! use pool::envs::Kwargs;
+//! use pool::tensordict::{Tensor, TensorDict};
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // envs::register("MyEnv", ...) first, for envs of your own.
+//!     pool::init();
+//!     let pool = AsyncEnvPool::builder()
+//!         .backend(Backend::Multiprocessing(
+//!             ProcOptions::default().envs_per_worker(2).exchange(ExchangeMode::Shm),
+//!         ))
+//!         .registered_n("CartPole-v1", 4, Kwargs::new().with("seed", 1))
+//!         .build()?;
+//!     assert_eq!(pool.resolved_exchange(), ResolvedExchange::Shm);
+//!     pool.reset(None)?;
+//!     let mut actions = TensorDict::new(&[4]);
+//!     actions.set("action", Tensor::full(&[4, 1], 1i64))?;
+//!     let batch = pool.step(actions)?.into_dense()?;
+//!     assert_eq!(batch.tensor(("next", "observation"))?.shape(), &[4, 4]);
+//!     Ok(())
+//! }
 //! ```
 #![forbid(unsafe_code)]
 

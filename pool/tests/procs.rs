@@ -218,6 +218,51 @@ fn a_failed_start_names_the_env_and_reaps_the_workers() {
     });
 }
 
+/// A constructor that panics in its worker, and a worker that exits
+/// before its handshake: errors naming the env or the worker (with its exit
+/// status), and the pool is not built.
+#[test]
+fn workers_that_fail_to_start() {
+    watchdog(|| {
+        test_envs::register();
+        let err = AsyncEnvPool::builder()
+            .backend(procs(ExchangeMode::Queue))
+            .registered_n("CountingEnv", 1, Kwargs::new())
+            .registered_n(test_envs::PANICS_WHEN_BUILT, 1, Kwargs::new())
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(&err, PoolError::Proc(ProcError::Build { env: 1, worker: 1, panicked: true, message, .. }) if message == "deliberate panic in a constructor"),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("(its constructor panicked)"),
+            "{err}"
+        );
+
+        // A worker that runs no init (its arguments name no test) exits at
+        // once: the handshake reports it.
+        let err = AsyncEnvPool::builder()
+            .backend(Backend::Multiprocessing(
+                options(ExchangeMode::Queue).worker_args(["no_such_test", "--exact"]),
+            ))
+            .registered_n("CountingEnv", 2, Kwargs::new())
+            .build()
+            .unwrap_err();
+        match &err {
+            PoolError::Proc(ProcError::Start {
+                worker: 0,
+                envs,
+                reason,
+            }) => {
+                assert_eq!(envs, &[0]);
+                assert!(reason.contains("exit status: 0"), "{reason}");
+            }
+            other => panic!("expected a start error, got {other}"),
+        }
+    });
+}
+
 /// Affinity is checked before anything starts, with errors naming the
 /// worker; a worker pinned to a CPU runs its envs there.
 #[test]

@@ -163,10 +163,20 @@ impl Env for WhereAmI {
     }
 }
 
+/// The registry name of a constructor that panics.
+pub(crate) const PANICS_WHEN_BUILT: &str = "PanicsWhenBuilt";
+
 /// Registers the test envs in the process-wide registry (once).
 pub(crate) fn register() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
+        pool::envs::register(
+            PANICS_WHEN_BUILT,
+            |_: &Kwargs| -> Result<Box<dyn Env>, EnvError> {
+                panic!("deliberate panic in a constructor")
+            },
+        )
+        .expect("PanicsWhenBuilt is registered once");
         pool::envs::register(WHERE_AM_I, |_: &Kwargs| {
             Ok(Box::new(WhereAmI::new()) as Box<dyn Env>)
         })
