@@ -346,16 +346,22 @@ pub(crate) mod command {
     }
 
     /// Takes the pending command, if any; the word goes back to [`IDLE`].
+    /// Several takers may race: exactly one gets each command.
     pub(crate) fn take(word: &AtomicU32) -> Option<u32> {
         // Relaxed: a peek that spares a write to the shared cache line while
-        // polling; the swap below is the synchronizing read.
-        if word.load(Ordering::Relaxed) < FIRST_COMMAND {
-            return None;
+        // polling; the exchange below is the synchronizing read.
+        let mut current = word.load(Ordering::Relaxed);
+        loop {
+            if current < FIRST_COMMAND {
+                return None;
+            }
+            // Acquire: pairs with the Release exchange in `post`. Relaxed
+            // on failure: another taker won, or the word moved; look again.
+            match word.compare_exchange(current, IDLE, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(command) => return Some(command),
+                Err(now) => current = now,
+            }
         }
-        // Acquire: pairs with the Release exchange in `post`.
-        let command = word.swap(IDLE, Ordering::Acquire);
-        debug_assert!(command >= FIRST_COMMAND, "only the worker clears a command");
-        Some(command)
     }
 
     /// Takes the next command, spinning for up to `spin` and then sleeping

@@ -42,6 +42,8 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(not(loom))]
+mod bells;
 mod error;
 mod futex;
 mod layout;
@@ -55,6 +57,8 @@ mod slots;
 #[cfg(not(loom))]
 mod stats;
 
+#[cfg(not(loom))]
+pub use crate::bells::Bells;
 #[cfg(not(loom))]
 pub use crate::error::ExchangeError;
 pub use crate::error::{LayoutError, ReadError, SchemaDecodeError, SchemaError, WriteError};

@@ -846,8 +846,12 @@ impl Exchange {
         }
     }
 
-    /// The command not yet taken in `slot`'s word, if any.
-    fn pending_command(&self, slot: usize) -> Option<u32> {
+    /// The command not yet taken in `slot`'s word, if any (a peek: it
+    /// stays to be taken).
+    ///
+    /// # Panics
+    /// If `slot` is not below [`Exchange::slots`].
+    pub fn pending_command(&self, slot: usize) -> Option<u32> {
         // Relaxed: only this side posts; it sees its own post or the
         // worker's take, and orders nothing by it.
         let word = self.shared.command(slot).load(Ordering::Relaxed);
@@ -923,6 +927,15 @@ impl Exchange {
             deadline,
             SPIN,
         ))
+    }
+
+    /// Takes `slot`'s pending command without waiting (worker side): for a
+    /// worker whose threads share its slots and sleep on a [`crate::Bells`]
+    /// doorbell instead of each slot's word. Several threads may race for
+    /// one command: exactly one gets it.
+    pub fn try_take_command(&self, slot: usize) -> Result<Option<u32>, ReadError> {
+        self.check_read_slot(slot)?;
+        Ok(command::take(self.shared.command(slot)))
     }
 
     /// Copies `slot`'s input into `out` (worker side, after taking the

@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use envs::{EnvSpecs, Kwargs, Op};
-use exchange::{Exchange, ReadError, Schema};
+use exchange::{Bells, Exchange, ReadError, Schema};
 use tensordict::{NestedKey, TensorDict};
 
 use crate::signal::Signal;
@@ -99,6 +99,8 @@ struct Shared {
     names: Vec<String>,
     signal: Signal,
     shm: Option<Exchange>,
+    /// Shm: one doorbell per worker, rung after commands are posted.
+    bells: Option<Bells>,
     /// Set by shutdown: a worker's end is expected, not a death to report.
     closing: AtomicBool,
 }
@@ -174,7 +176,7 @@ struct BuiltEnv {
 /// exchange (if chosen), and why auto chose the queue (if it did).
 struct Started {
     built: Vec<BuiltEnv>,
-    shm: Option<Exchange>,
+    shm: Option<(Exchange, Bells)>,
     reason: Option<String>,
 }
 
@@ -247,8 +249,10 @@ impl ProcBackend {
                     writer,
                     envs: range.clone(),
                 });
+                let cpus = affinity.as_ref().map(|sets| sets[w].as_slice().len());
                 let hello = ToWorker::Hello {
                     worker: w as u32,
+                    runners: runners(options, cpus, workers, range.len()) as u32,
                     affinity: affinity
                         .as_ref()
                         .map(|sets| sets[w].as_slice().iter().map(|&c| c as u32).collect()),
@@ -262,7 +266,7 @@ impl ProcBackend {
                         .collect(),
                 };
                 let s = starting.last_mut().expect("just pushed");
-                write_frame(&s.writer, &hello.encode(), None)
+                write_frame(&s.writer, &hello.encode(), &[])
                     .map_err(|e| start_error(s, w, format!("could not send its envs: {e}")))?;
             }
             let mut built = Vec::with_capacity(n);
@@ -333,11 +337,13 @@ impl ProcBackend {
             let (shm, reason) = choose_exchange(options.exchange, &built)?;
             let shm = match shm {
                 Some((input, result, next)) => {
+                    let shm_err = |e: exchange::ExchangeError| ProcError::Shm {
+                        message: e.to_string(),
+                    };
                     let exchange =
                         Exchange::create("rlpool", input.clone(), result.clone(), next.clone(), n)
-                            .map_err(|e| ProcError::Shm {
-                                message: e.to_string(),
-                            })?;
+                            .map_err(shm_err)?;
+                    let bells = Bells::create("rlpool-bells", workers).map_err(shm_err)?;
                     let msg = ToWorker::UseShm {
                         input: input.encode(),
                         result: result.encode(),
@@ -345,16 +351,16 @@ impl ProcBackend {
                     }
                     .encode();
                     for (w, s) in starting.iter_mut().enumerate() {
-                        write_frame(&s.writer, &msg, Some(exchange.fd())).map_err(|e| {
-                            start_error(s, w, format!("could not send the exchange: {e}"))
-                        })?;
+                        write_frame(&s.writer, &msg, &[exchange.fd(), bells.fd()]).map_err(
+                            |e| start_error(s, w, format!("could not send the exchange: {e}")),
+                        )?;
                     }
-                    Some(exchange)
+                    Some((exchange, bells))
                 }
                 None => {
                     let msg = ToWorker::UseQueue.encode();
                     for (w, s) in starting.iter_mut().enumerate() {
-                        write_frame(&s.writer, &msg, None).map_err(|e| {
+                        write_frame(&s.writer, &msg, &[]).map_err(|e| {
                             start_error(s, w, format!("could not send the exchange: {e}"))
                         })?;
                     }
@@ -420,6 +426,10 @@ impl ProcBackend {
                 death: Mutex::new(None),
             });
         }
+        let (shm, bells) = match shm {
+            Some((exchange, bells)) => (Some(exchange), Some(bells)),
+            None => (None, None),
+        };
         let shared = Arc::new(Shared {
             slots,
             workers: worker_states,
@@ -427,6 +437,7 @@ impl ProcBackend {
             names,
             signal: Signal::default(),
             shm,
+            bells,
             closing: AtomicBool::new(false),
         });
         let backend = ProcBackend {
@@ -594,6 +605,7 @@ impl ProcBackend {
             with_input.push(input);
         }
         let mut failed = false;
+        let mut rung = vec![false; self.shared.workers.len()];
         for (&(env, _), &input) in jobs.iter().zip(&with_input) {
             let slot = &self.shared.slots[env];
             let worker = &self.shared.workers[self.shared.worker_of[env]];
@@ -635,13 +647,14 @@ impl ProcBackend {
                         // end and fails the env with the reason (exit
                         // status); the check of `alive` below covers a
                         // reader that already did.
-                        let _ = write_frame(&stream, &msg.encode(), None);
+                        let _ = write_frame(&stream, &msg.encode(), &[]);
                         Ok(())
                     }
                 }
             };
-            if let Err(err) = sent {
-                failed |= self.shared.fail(env, err);
+            match sent {
+                Ok(()) => rung[self.shared.worker_of[env]] = true,
+                Err(err) => failed |= self.shared.fail(env, err),
             }
             // SeqCst: pairs with the store in `Shared::worker_died`.
             if !worker.alive.load(Ordering::SeqCst) {
@@ -649,6 +662,12 @@ impl ProcBackend {
                     .shared
                     .died_error(self.shared.worker_of[env], String::new());
                 failed |= self.shared.fail(env, err);
+            }
+        }
+        if let Some(bells) = &self.shared.bells {
+            // One wake-up per worker for the whole send.
+            for (w, _) in rung.iter().enumerate().filter(|(_, &r)| r) {
+                bells.ring(w);
             }
         }
         if failed {
@@ -773,7 +792,7 @@ impl ProcBackend {
         let stop = ToWorker::Stop.encode();
         for worker in &shared.workers {
             let stream = worker.writer.lock().unwrap_or_else(|p| p.into_inner());
-            let _ = write_frame(&stream, &stop, None);
+            let _ = write_frame(&stream, &stop, &[]);
         }
         let deadline = Instant::now() + self.shutdown_timeout;
         for worker in &shared.workers {
@@ -1073,6 +1092,23 @@ fn unexpected(w: usize, msg: &FromWorker) -> ProcError {
             reason: format!("unexpected message while starting: {other:?}"),
         },
     }
+}
+
+/// How many runner threads a worker gets: the option, or as many as the
+/// CPUs it may use (its affinity set, else this process's CPUs shared
+/// among the workers); at least one, at most one per env.
+fn runners(options: &ProcOptions, cpus: Option<usize>, workers: usize, envs: usize) -> usize {
+    let by_cpus = || match cpus {
+        Some(set) => set,
+        None => {
+            let available = crate::available_cpus().map_or(1, |c| c.len());
+            available / workers.max(1)
+        }
+    };
+    options
+        .threads_per_worker
+        .map_or_else(by_cpus, std::num::NonZeroUsize::get)
+        .clamp(1, envs.max(1))
 }
 
 /// The slots' schemas (input, result, next) if every env's buffers fit one

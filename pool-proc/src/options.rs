@@ -35,9 +35,15 @@ pub enum ExchangeMode {
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProcOptions {
-    /// Envs hosted by each worker process, each on its own thread there
-    /// (default 1). The last worker may host fewer.
+    /// Envs hosted by each worker process (default 1). The last worker may
+    /// host fewer.
     pub envs_per_worker: NonZeroUsize,
+    /// Threads that run each worker's envs (default: as many as the CPUs
+    /// the worker may use — its affinity set, else this process's CPUs
+    /// shared among the workers — at least one, at most one per env). An
+    /// env runs on one of them at a time; a worker starts a spare thread
+    /// when all of them are stuck inside envs while commands wait.
+    pub threads_per_worker: Option<NonZeroUsize>,
     /// The exchange (default [`ExchangeMode::Auto`]).
     pub exchange: ExchangeMode,
     /// One CPU set per worker, applied in the worker before any env is
@@ -63,6 +69,7 @@ impl Default for ProcOptions {
     fn default() -> Self {
         ProcOptions {
             envs_per_worker: NonZeroUsize::MIN,
+            threads_per_worker: None,
             exchange: ExchangeMode::Auto,
             affinity: None,
             worker_args: Vec::new(),
@@ -77,6 +84,12 @@ impl ProcOptions {
     /// Sets the envs per worker (0 counts as 1).
     pub fn envs_per_worker(mut self, n: usize) -> ProcOptions {
         self.envs_per_worker = NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN);
+        self
+    }
+
+    /// Sets the threads per worker (0: the default).
+    pub fn threads_per_worker(mut self, n: usize) -> ProcOptions {
+        self.threads_per_worker = NonZeroUsize::new(n);
         self
     }
 

@@ -36,13 +36,17 @@ pub(crate) enum ToWorker {
     /// The first message: who the worker is, where to pin it, what to build.
     Hello {
         worker: u32,
+        /// Threads that run its envs (at most one per env).
+        runners: u32,
         affinity: Option<Vec<u32>>,
         envs: Vec<EnvEntry>,
     },
     /// Commands and results travel over this socket.
     UseQueue,
     /// Commands and results travel through the exchange whose descriptor
-    /// rides with this message; the schemas are `Schema::encode`d.
+    /// rides with this message, followed by the descriptor of the workers'
+    /// doorbells (`Bells`; the worker's is its index); the schemas are
+    /// `Schema::encode`d.
     UseShm {
         input: Vec<u8>,
         result: Vec<u8>,
@@ -239,10 +243,11 @@ impl ToWorker {
         match self {
             ToWorker::Hello {
                 worker,
+                runners,
                 affinity,
                 envs,
             } => {
-                out.u8(HELLO).u32(*worker);
+                out.u8(HELLO).u32(*worker).u32(*runners);
                 match affinity {
                     None => out.u8(0),
                     Some(cpus) => out.u8(1).u32s(cpus),
@@ -279,6 +284,7 @@ impl ToWorker {
         let msg = match r.u8("tag")? {
             HELLO => {
                 let worker = r.u32("worker")?;
+                let runners = r.u32("runners")?;
                 let affinity = if r.bool("affinity flag")? {
                     Some(r.u32s("affinity")?)
                 } else {
@@ -295,6 +301,7 @@ impl ToWorker {
                 }
                 ToWorker::Hello {
                     worker,
+                    runners,
                     affinity,
                     envs,
                 }
@@ -426,13 +433,13 @@ impl FromWorker {
     }
 }
 
-/// Writes one frame (and `fd`, if any, with `SCM_RIGHTS`). A frame is
+/// Writes one frame (and `fds`, at most 4, with `SCM_RIGHTS`). A frame is
 /// written whole by one call under the caller's lock, so frames of several
 /// threads never interleave.
 pub(crate) fn write_frame(
     stream: &UnixStream,
     msg: &[u8],
-    fd: Option<BorrowedFd<'_>>,
+    fds: &[BorrowedFd<'_>],
 ) -> io::Result<()> {
     if msg.len() > MAX_FRAME {
         return Err(io::Error::new(
@@ -442,11 +449,18 @@ pub(crate) fn write_frame(
     }
     let len = (msg.len() as u32).to_le_bytes();
     let mut written = 0;
-    if let Some(fd) = fd {
-        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    if !fds.is_empty() {
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
         let mut control = SendAncillaryBuffer::new(&mut space);
-        let fds = [fd];
-        control.push(SendAncillaryMessage::ScmRights(&fds));
+        if fds.len() > 4 || !control.push(SendAncillaryMessage::ScmRights(fds)) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} descriptors in one frame, over the limit of 4",
+                    fds.len()
+                ),
+            ));
+        }
         written = rustix::net::sendmsg(
             stream,
             &[IoSlice::new(&len), IoSlice::new(msg)],
@@ -554,6 +568,7 @@ mod tests {
         let to = vec![
             ToWorker::Hello {
                 worker: 3,
+                runners: 2,
                 affinity: Some(vec![0, 1]),
                 envs: vec![EnvEntry {
                     env: 7,
@@ -563,6 +578,7 @@ mod tests {
             },
             ToWorker::Hello {
                 worker: 0,
+                runners: 1,
                 affinity: None,
                 envs: Vec::new(),
             },
@@ -660,14 +676,16 @@ mod tests {
     fn frames_carry_messages_and_a_descriptor() {
         let (a, b) = UnixStream::pair().unwrap();
         let (keep, _other) = UnixStream::pair().unwrap();
-        write_frame(&a, &[1, 2, 3], None).unwrap();
-        write_frame(&a, &[4; 100_000], Some(keep.as_fd())).unwrap();
-        write_frame(&a, &[], None).unwrap();
+        write_frame(&a, &[1, 2, 3], &[]).unwrap();
+        write_frame(&a, &[4; 100_000], &[keep.as_fd(), keep.as_fd()]).unwrap();
+        write_frame(&a, &[], &[]).unwrap();
         drop(a);
         let mut reader = FrameReader::new(b);
         assert_eq!(reader.read().unwrap(), Some(vec![1, 2, 3]));
         assert_eq!(reader.read().unwrap(), Some(vec![4; 100_000]));
         assert!(reader.take_fd().is_some());
+        assert!(reader.take_fd().is_some());
+        assert!(reader.take_fd().is_none());
         assert_eq!(reader.read().unwrap(), Some(vec![]));
         assert_eq!(reader.read().unwrap(), None);
     }

@@ -3,32 +3,34 @@
 //! and never returns there; in any other process it returns at once.
 //!
 //! A worker reads its control socket (its standard input): the hello (its
-//! CPUs and envs), then the exchange to use, then commands (queue exchange)
-//! or nothing until stop (shm exchange, where commands come through the
-//! slots). Each env runs on its own thread. The worker exits on stop, at
-//! the end of its socket (the parent is gone), or with the parent (a
-//! parent-death signal).
+//! CPUs, envs and number of runner threads), then the exchange to use, then
+//! commands (queue exchange) or nothing until stop (shm exchange, where
+//! commands come through the slots and the parent rings the worker's
+//! doorbell once per send). Runner threads take commands and run the envs,
+//! one thread per env at most, as many as the worker has CPUs by default:
+//! envs of one worker step in parallel up to its cores without a thread
+//! wake-up per env-step. A runner stuck in an env does not stop the
+//! others: when every runner is inside an env, none has finished one for
+//! [`STALL`], and commands wait, the main thread starts a spare runner. The
+//! worker exits on stop, at the end of its socket (the parent is gone), or
+//! with the parent (a parent-death signal).
 
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use envs::{Env, Kwargs, Op, Runner};
-use exchange::{Exchange, Schema, FIRST_COMMAND};
+use exchange::{Bells, Exchange, Schema, FIRST_COMMAND};
 use tensordict::TensorDict;
 
 use crate::spawn::WORKER_VAR;
 use crate::wire::{op_code, op_of, write_frame, FrameReader, FromWorker, ToWorker};
-
-/// The command word that stops an env thread (the ops' words are below
-/// it: `FIRST_COMMAND + 2 * op_code + with_input`).
-pub(crate) const STOP_COMMAND: u32 = FIRST_COMMAND + 64;
 
 /// How long an env thread of the shm exchange sleeps on its command word
 /// before it looks at the stop flag again.
@@ -80,12 +82,8 @@ type Writer = Arc<Mutex<UnixStream>>;
 
 fn send(writer: &Writer, msg: &FromWorker) -> io::Result<()> {
     let stream = writer.lock().unwrap_or_else(|p| p.into_inner());
-    write_frame(&stream, &msg.encode(), None)
+    write_frame(&stream, &msg.encode(), &[])
 }
-
-/// Where the main thread sends an env thread its commands (queue
-/// exchange): the op and the encoded input.
-type Route = Sender<(Op, Vec<u8>)>;
 
 /// Runs the worker; returns the process's exit code.
 fn run(var: &str) -> i32 {
@@ -146,10 +144,86 @@ struct Hosted {
     runner: Runner,
 }
 
+/// How commands reach the runners.
+enum Transport {
+    /// From the socket (the main thread queues them): env (local index),
+    /// op, encoded input.
+    Queue {
+        queue: Mutex<VecDeque<(usize, Op, Vec<u8>)>>,
+        ready: Condvar,
+    },
+    /// From the slots' command words; the parent rings this worker's bell
+    /// after posting.
+    Shm {
+        exchange: Box<Exchange>,
+        bells: Bells,
+        bell: usize,
+    },
+}
+
+/// What the runner threads of a worker share.
+struct Work {
+    /// The envs, by local index (`env - first`), each run by one runner at
+    /// a time.
+    envs: Vec<Mutex<Hosted>>,
+    /// The pool index of the first env.
+    first: usize,
+    writer: Writer,
+    transport: Transport,
+    stop: AtomicBool,
+    /// Runners not inside an env right now.
+    idle: AtomicUsize,
+    /// Runners started (the first ones, and spares).
+    runners: AtomicUsize,
+    /// When a runner last finished a command (`Instant` of `epoch`, ns).
+    progress: AtomicU64,
+    epoch: Instant,
+}
+
+impl Work {
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Whether a command waits for a runner.
+    fn pending(&self) -> bool {
+        match &self.transport {
+            Transport::Queue { queue, .. } => !lock(queue).is_empty(),
+            Transport::Shm { exchange, .. } => (0..self.envs.len())
+                .any(|local| exchange.pending_command(self.first + local).is_some()),
+        }
+    }
+
+    /// Wakes every runner (to stop, or to look for work).
+    fn wake_all(&self) {
+        match &self.transport {
+            Transport::Queue { ready, queue } => {
+                let _guard = lock(queue);
+                ready.notify_all();
+            }
+            Transport::Shm { bells, bell, .. } => bells.ring(*bell),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic inside an env is caught while its lock is held, so no lock is
+    // poisoned by one; recover from any other cause.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How long runners may all be inside envs, with commands waiting, before
+/// the worker starts a spare runner: a stuck env must not stop the others.
+const STALL: Duration = Duration::from_millis(100);
+
+/// How often the main thread looks for stalled runners.
+const WATCH: Duration = Duration::from_millis(50);
+
 fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
     let io_err = |e: io::Error| format!("writing the control socket: {e}");
     let Some(ToWorker::Hello {
         worker,
+        runners,
         affinity,
         envs,
     }) = next_message(reader)?
@@ -181,9 +255,16 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
             }
         }
     }
+    let first = envs.first().map_or(0, |e| e.env as usize);
     let mut hosted = Vec::with_capacity(envs.len());
-    for entry in envs {
+    for (local, entry) in envs.into_iter().enumerate() {
         let env = entry.env as usize;
+        if env != first + local {
+            return Err(format!(
+                "env {env} is not next after env {}",
+                first + local - 1
+            ));
+        }
         let built = Kwargs::from_bytes(&entry.kwargs).map_err(|e| (e.to_string(), false));
         let built = built.and_then(|kwargs| {
             match catch_unwind(AssertUnwindSafe(|| envs::make(&entry.name, &kwargs))) {
@@ -207,7 +288,7 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
                     },
                 )
                 .map_err(io_err)?;
-                hosted.push(Hosted { env, inner, runner });
+                hosted.push(Mutex::new(Hosted { env, inner, runner }));
             }
             Err((message, panicked)) => {
                 send(
@@ -223,20 +304,12 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
             }
         }
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut threads = Vec::with_capacity(hosted.len());
-    let mut routes: Vec<(usize, Route)> = Vec::new();
-    let mut shm: Option<Arc<Exchange>> = None;
-    match next_message(reader)? {
+    let transport = match next_message(reader)? {
         None => return Ok(()),
-        Some(ToWorker::UseQueue) => {
-            for h in hosted {
-                let (tx, rx) = mpsc::channel();
-                routes.push((h.env, tx));
-                let writer = Arc::clone(writer);
-                threads.push(spawn_env(h.env, move || queue_loop(h, &rx, &writer))?);
-            }
-        }
+        Some(ToWorker::UseQueue) => Transport::Queue {
+            queue: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+        },
         Some(ToWorker::UseShm {
             input,
             result,
@@ -248,6 +321,9 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
             let fd = reader
                 .take_fd()
                 .ok_or("the shm exchange came without its descriptor")?;
+            let bells_fd = reader
+                .take_fd()
+                .ok_or("the shm exchange came without the doorbells' descriptor")?;
             let exchange = Exchange::open(
                 fd,
                 schema(&input, "input")?,
@@ -255,47 +331,86 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
                 schema(&next, "next")?,
             )
             .map_err(|e| format!("opening the exchange: {e}"))?;
-            let exchange = Arc::new(exchange);
-            for h in hosted {
-                let exchange = Arc::clone(&exchange);
-                let writer = Arc::clone(writer);
-                let stop = Arc::clone(&stop);
-                threads.push(spawn_env(h.env, move || {
-                    shm_loop(h, &exchange, &writer, &stop);
-                })?);
+            let bell = worker as usize;
+            let bells = Bells::open(bells_fd).map_err(|e| format!("opening the doorbells: {e}"))?;
+            if bell >= bells.len() {
+                return Err(format!("no doorbell {bell} among {}", bells.len()));
             }
-            shm = Some(exchange);
+            Transport::Shm {
+                exchange: Box::new(exchange),
+                bells,
+                bell,
+            }
         }
         Some(other) => return Err(format!("expected the exchange, got {other:?}")),
+    };
+    let runners = (runners as usize).clamp(1, hosted.len().max(1));
+    let work = Arc::new(Work {
+        envs: hosted,
+        first,
+        writer: Arc::clone(writer),
+        transport,
+        stop: AtomicBool::new(false),
+        idle: AtomicUsize::new(0),
+        runners: AtomicUsize::new(0),
+        progress: AtomicU64::new(0),
+        epoch: Instant::now(),
+    });
+    let mut threads = Vec::with_capacity(runners);
+    for _ in 0..runners {
+        threads.push(spawn_runner(&work)?);
     }
     send(writer, &FromWorker::Started).map_err(io_err)?;
+    let _ = reader.stream().set_read_timeout(Some(WATCH));
     let outcome = loop {
-        match next_message(reader) {
-            Ok(None) | Ok(Some(ToWorker::Stop)) => break Ok(()),
-            Ok(Some(ToWorker::Command { env, op, input })) => {
-                let route = routes.iter().find(|(e, _)| *e == env as usize);
-                match route {
-                    Some((_, tx)) => {
-                        // A closed route: its thread ended; the parent
-                        // learns of it at shutdown.
-                        let _ = tx.send((op, input));
-                    }
-                    None => break Err(format!("a command for env {env}, not hosted here")),
+        let message = match reader.read() {
+            Ok(Some(bytes)) => ToWorker::decode(&bytes),
+            Ok(None) => break Ok(()),
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                // A stuck env must not stop the others: start a spare
+                // runner while every runner is inside an env, none finished
+                // one for a while, and commands wait (at most one runner
+                // per env).
+                let stalled = work.idle.load(Ordering::SeqCst) == 0
+                    && work
+                        .now()
+                        .saturating_sub(work.progress.load(Ordering::SeqCst))
+                        > STALL.as_nanos() as u64
+                    && work.runners.load(Ordering::SeqCst) < work.envs.len()
+                    && work.pending();
+                if stalled {
+                    threads.push(spawn_runner(&work)?);
                 }
+                continue;
             }
-            Ok(Some(other)) => break Err(format!("unexpected message {other:?}")),
+            Err(err) => break Err(format!("reading the control socket: {err}")),
+        };
+        match message {
+            Ok(ToWorker::Stop) => break Ok(()),
+            Ok(ToWorker::Command { env, op, input }) => match &work.transport {
+                Transport::Queue { queue, ready } => {
+                    let local = (env as usize).wrapping_sub(work.first);
+                    if local >= work.envs.len() {
+                        break Err(format!("a command for env {env}, not hosted here"));
+                    }
+                    lock(queue).push_back((local, op, input));
+                    ready.notify_one();
+                }
+                Transport::Shm { .. } => {
+                    break Err("a command over the socket with the shm exchange".into())
+                }
+            },
+            Ok(other) => break Err(format!("unexpected message {other:?}")),
             Err(err) => break Err(err),
         }
     };
-    // Stop the env threads: close the queues, or post the stop word to
-    // each slot (a slot with a command pending sees the flag after it).
-    stop.store(true, Ordering::SeqCst);
-    drop(routes);
-    if let Some(exchange) = &shm {
-        for slot in 0..exchange.slots() {
-            let _ = exchange.post(slot, STOP_COMMAND);
-        }
-    }
+    work.stop.store(true, Ordering::SeqCst);
+    work.wake_all();
     let deadline = Instant::now() + STOP_GRACE;
     for thread in threads {
         while !thread.is_finished() && Instant::now() < deadline {
@@ -308,11 +423,77 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
     outcome
 }
 
-fn spawn_env(env: usize, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, String> {
+fn spawn_runner(work: &Arc<Work>) -> Result<JoinHandle<()>, String> {
+    let n = work.runners.fetch_add(1, Ordering::SeqCst);
+    // Counted idle until it takes a command.
+    work.idle.fetch_add(1, Ordering::SeqCst);
+    work.progress.store(work.now(), Ordering::SeqCst);
+    let for_runner = Arc::clone(work);
     std::thread::Builder::new()
-        .name(format!("rlpool-env-{env}"))
-        .spawn(body)
-        .map_err(|e| format!("starting the thread of env {env}: {e}"))
+        .name(format!("rlpool-runner-{n}"))
+        .spawn(move || run_commands(&for_runner))
+        .map_err(|e| format!("starting runner thread {n}: {e}"))
+}
+
+/// A runner: takes commands (from the queue, or from the slots after a
+/// ring of the worker's bell) and runs them, until stop.
+fn run_commands(work: &Work) {
+    loop {
+        if work.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        match &work.transport {
+            Transport::Queue { queue, ready } => {
+                let next = {
+                    let mut q = lock(queue);
+                    if q.is_empty() && !work.stop.load(Ordering::SeqCst) {
+                        q = ready
+                            .wait_timeout(q, STOP_POLL)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0;
+                    }
+                    q.pop_front()
+                };
+                if let Some((local, op, input)) = next {
+                    busy(work, || queue_command(work, local, op, &input));
+                }
+            }
+            Transport::Shm {
+                exchange,
+                bells,
+                bell,
+            } => {
+                // The ticket first: a ring after it ends the wait below.
+                let ticket = bells.listen(*bell);
+                let mut ran = false;
+                for local in 0..work.envs.len() {
+                    let slot = work.first + local;
+                    if let Ok(Some(word)) = exchange.try_take_command(slot) {
+                        ran = true;
+                        if !busy(work, || shm_command(work, exchange, local, word)) {
+                            return;
+                        }
+                    }
+                }
+                if !ran {
+                    bells.wait(*bell, ticket, Some(Instant::now() + STOP_POLL), RUNNER_SPIN);
+                }
+            }
+        }
+    }
+}
+
+/// How long a runner of the shm exchange spins on its bell before it
+/// sleeps: long enough to catch the next batch of a tight loop.
+const RUNNER_SPIN: Duration = Duration::from_micros(50);
+
+/// Runs `body` counted as busy (not idle), then records progress.
+fn busy<R>(work: &Work, body: impl FnOnce() -> R) -> R {
+    work.idle.fetch_sub(1, Ordering::SeqCst);
+    let out = body();
+    work.progress.store(work.now(), Ordering::SeqCst);
+    work.idle.fetch_add(1, Ordering::SeqCst);
+    out
 }
 
 /// Runs `op` on a hosted env, catching a panic; the failure as a message.
@@ -337,118 +518,100 @@ fn run_op(h: &mut Hosted, op: Op, with_input: bool) -> Result<(), FromWorker> {
     }
 }
 
-/// An env of the queue exchange: commands from its channel, results over
-/// the socket.
-fn queue_loop(mut h: Hosted, commands: &Receiver<(Op, Vec<u8>)>, writer: &Writer) {
-    for (op, input) in commands {
-        let with_input = !input.is_empty();
-        let filled = if with_input {
-            tensordict::decode(&input)
-                .map_err(|e| e.to_string())
-                .and_then(|td| h.runner.input.fill_from(&td).map_err(|e| e.to_string()))
-        } else {
-            Ok(())
-        };
-        let msg = match filled {
-            Err(message) => FromWorker::Failed {
+/// A command of the queue exchange: the input decoded into the env's
+/// buffer, the op run, the result (or failure) sent over the socket.
+fn queue_command(work: &Work, local: usize, op: Op, input: &[u8]) {
+    let mut h = lock(&work.envs[local]);
+    let with_input = !input.is_empty();
+    let filled = if with_input {
+        tensordict::decode(input)
+            .map_err(|e| e.to_string())
+            .and_then(|td| h.runner.input.fill_from(&td).map_err(|e| e.to_string()))
+    } else {
+        Ok(())
+    };
+    let msg = match filled {
+        Err(message) => FromWorker::Failed {
+            env: h.env as u32,
+            during: op.name().into(),
+            message: format!("invalid input: {message}"),
+            panicked: false,
+        },
+        Ok(()) => match run_op(&mut h, op, with_input) {
+            Ok(()) => FromWorker::Result {
                 env: h.env as u32,
-                during: op.name().into(),
-                message: format!("invalid input: {message}"),
-                panicked: false,
-            },
-            Ok(()) => match run_op(&mut h, op, with_input) {
-                Ok(()) => FromWorker::Result {
-                    env: h.env as u32,
-                    next: if op == Op::Reset {
-                        Vec::new()
-                    } else {
-                        tensordict::encode(&h.runner.next)
-                    },
-                    root: if op == Op::Step {
-                        Vec::new()
-                    } else {
-                        tensordict::encode(&h.runner.root)
-                    },
+                next: if op == Op::Reset {
+                    Vec::new()
+                } else {
+                    tensordict::encode(&h.runner.next)
                 },
-                Err(failed) => failed,
+                root: if op == Op::Step {
+                    Vec::new()
+                } else {
+                    tensordict::encode(&h.runner.root)
+                },
             },
-        };
-        if send(writer, &msg).is_err() {
-            // The parent is gone.
-            return;
-        }
-    }
+            Err(failed) => failed,
+        },
+    };
+    // A parent that is gone: the main thread sees the end of the socket.
+    let _ = send(&work.writer, &msg);
 }
 
-/// An env of the shm exchange: commands from its slot's word, inputs and
-/// results through the slot; failures over the socket.
-fn shm_loop(mut h: Hosted, exchange: &Exchange, writer: &Writer, stop: &AtomicBool) {
+/// A command of the shm exchange: the input read from the env's slot, the
+/// op run, the result published in the slot (a failure goes over the
+/// socket). Returns false if the worker must stop.
+fn shm_command(work: &Work, exchange: &Exchange, local: usize, word: u32) -> bool {
+    let mut guard = lock(&work.envs[local]);
+    let h = &mut *guard;
     let slot = h.env;
-    let empty = TensorDict::new(h.runner.next.batch_size());
-    loop {
-        let word = match exchange.wait_command(slot, Some(Instant::now() + STOP_POLL)) {
-            Ok(Some(word)) => word,
-            Ok(None) if stop.load(Ordering::SeqCst) => return,
-            Ok(None) => continue,
-            Err(err) => {
-                let _ = send(
-                    writer,
-                    &FromWorker::Fatal {
-                        message: format!("env {}: slot {slot}: {err}", h.env),
-                    },
-                );
-                return;
-            }
-        };
-        if word == STOP_COMMAND {
-            return;
-        }
-        let Some((op, with_input)) = decode_command(word) else {
-            let _ = send(
-                writer,
-                &FromWorker::Fatal {
-                    message: format!("env {}: unknown command word {word}", h.env),
-                },
-            );
-            return;
-        };
-        let mut outcome = if with_input || op != Op::Reset {
-            exchange
-                .read_input(slot, &mut h.runner.input)
-                .map_err(|e| FromWorker::Failed {
-                    env: h.env as u32,
-                    during: op.name().into(),
-                    message: format!("invalid input: {e}"),
-                    panicked: false,
-                })
-        } else {
-            Ok(())
-        };
-        if outcome.is_ok() {
-            outcome = run_op(&mut h, op, with_input);
-        }
-        let published = match outcome {
-            Ok(()) => match op {
-                Op::Reset => exchange.publish_pair(slot, &empty, &h.runner.root),
-                Op::Step => exchange.publish(slot, &h.runner.next),
-                Op::StepAndMaybeReset => {
-                    exchange.publish_pair(slot, &h.runner.next, &h.runner.root)
-                }
-            }
+    let Some((op, with_input)) = decode_command(word) else {
+        let _ = send(
+            &work.writer,
+            &FromWorker::Fatal {
+                message: format!("env {}: unknown command word {word}", h.env),
+            },
+        );
+        return false;
+    };
+    let mut outcome = if with_input || op != Op::Reset {
+        exchange
+            .read_input(slot, &mut h.runner.input)
             .map_err(|e| FromWorker::Failed {
                 env: h.env as u32,
                 during: op.name().into(),
-                message: format!("its result does not fit the slot: {e}"),
+                message: format!("invalid input: {e}"),
                 panicked: false,
-            }),
-            Err(failed) => Err(failed),
-        };
-        if let Err(failed) = published {
-            if send(writer, &failed).is_err() {
-                return;
+            })
+    } else {
+        Ok(())
+    };
+    if outcome.is_ok() {
+        outcome = run_op(h, op, with_input);
+    }
+    let published = match outcome {
+        Ok(()) => match op {
+            Op::Reset => {
+                let empty = TensorDict::new(h.runner.next.batch_size());
+                exchange.publish_pair(slot, &empty, &h.runner.root)
             }
+            Op::Step => exchange.publish(slot, &h.runner.next),
+            Op::StepAndMaybeReset => exchange.publish_pair(slot, &h.runner.next, &h.runner.root),
+        }
+        .map_err(|e| FromWorker::Failed {
+            env: h.env as u32,
+            during: op.name().into(),
+            message: format!("its result does not fit the slot: {e}"),
+            panicked: false,
+        }),
+        Err(failed) => Err(failed),
+    };
+    if let Err(failed) = published {
+        if send(&work.writer, &failed).is_err() {
+            return false;
         }
     }
+    true
 }
 
 #[cfg(test)]
@@ -460,11 +623,13 @@ mod tests {
         for op in [Op::Reset, Op::Step, Op::StepAndMaybeReset] {
             for with_input in [false, true] {
                 let word = command_word(op, with_input);
-                assert!(word < STOP_COMMAND);
                 assert_eq!(decode_command(word), Some((op, with_input)));
             }
         }
         assert_eq!(decode_command(FIRST_COMMAND - 1), None);
-        assert_eq!(decode_command(STOP_COMMAND), None);
+        assert_eq!(
+            decode_command(command_word(Op::StepAndMaybeReset, true) + 1),
+            None
+        );
     }
 }
