@@ -607,3 +607,56 @@ fn results_taken_over_shm_keep_their_values() {
         assert_eq!(int_at(&held, &["next", "observation"]), 2);
     });
 }
+
+/// An env stuck in a step does not stop the other envs of its worker (a
+/// spare runner takes their commands), its receive times out and loses
+/// nothing, and shutdown still reaps the worker within its deadline.
+#[test]
+fn a_stuck_env_does_not_stop_its_neighbours() {
+    watchdog(|| {
+        test_envs::register();
+        for exchange in EXCHANGES {
+            let pool = AsyncEnvPool::builder()
+                .backend(Backend::Multiprocessing(
+                    options(exchange)
+                        .envs_per_worker(3)
+                        .threads_per_worker(1)
+                        .shutdown_timeout(Duration::from_millis(500)),
+                ))
+                .registered_n(
+                    test_envs::FAULTY,
+                    1,
+                    test_envs::faulty_kwargs(1, test_envs::Fault::Hang),
+                )
+                .registered_n(test_envs::FAULTY, 2, Kwargs::new())
+                .build()
+                .unwrap();
+            pool.reset(None).unwrap();
+            pool.async_step_send(actions(&[1; 3]), Target::All).unwrap();
+            let batch = pool
+                .async_step_recv(
+                    Recv::new()
+                        .min_get(2)
+                        .max_get(2)
+                        .timeout(Duration::from_secs(20)),
+                )
+                .unwrap();
+            assert_eq!(env_index(&batch), [1, 2]);
+            let err = expect_err(
+                pool.async_step_recv(Recv::new().timeout(Duration::from_millis(50))),
+                "the stuck env",
+            );
+            assert!(matches!(err, PoolError::Timeout { ready: 0, .. }), "{err}");
+            assert_eq!(pool.in_flight(), [0]);
+            let pids = pool.worker_pids();
+            let start = Instant::now();
+            pool.shutdown();
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "{:?}",
+                start.elapsed()
+            );
+            assert!(all_gone(&pids, Duration::from_secs(5)));
+        }
+    });
+}

@@ -18,6 +18,9 @@ pub(crate) enum Fault {
     Panic,
     /// `step_into` returns `EnvError::failed`.
     Error,
+    /// `step_into` never returns (it sleeps for an hour): for process
+    /// pools only, whose workers are killed at shutdown.
+    Hang,
 }
 
 impl Fault {
@@ -25,6 +28,7 @@ impl Fault {
         match self {
             Fault::Panic => "panic",
             Fault::Error => "error",
+            Fault::Hang => "hang",
         }
     }
 }
@@ -46,6 +50,7 @@ pub(crate) fn fault_message(fault: Fault, call: i64) -> String {
     match fault {
         Fault::Panic => format!("deliberate panic at step {call}"),
         Fault::Error => format!("deliberate error at step {call}"),
+        Fault::Hang => format!("deliberate hang at step {call}"),
     }
 }
 
@@ -58,6 +63,7 @@ impl FaultyCounter {
         let fault = match reader.string("fault", Some("panic"))?.as_str() {
             "panic" => Fault::Panic,
             "error" => Fault::Error,
+            "hang" => Fault::Hang,
             other => return Err(reader.invalid("fault", format!("{other:?}"))),
         };
         reader.finish()?;
@@ -95,6 +101,7 @@ impl Env for FaultyCounter {
             match self.fault {
                 Fault::Panic => panic!("{message}"),
                 Fault::Error => return Err(EnvError::failed(FAULTY, message)),
+                Fault::Hang => std::thread::sleep(std::time::Duration::from_secs(3600)),
             }
         }
         self.inner.step_into(input, next)
