@@ -41,7 +41,7 @@ use crate::layout::{
     control, region_header, slot_header, Area, Layout, MAX_SLOTS, SLOTS_OFFSET, SLOT_HEADER_SIZE,
 };
 use crate::region::Region;
-use crate::schema::{count_leaves, Schema};
+use crate::schema::{count_leaves, Field, Schema};
 use crate::seqlock;
 use crate::stats::{now_ns, ExchangeStats, StatsState};
 
@@ -97,6 +97,17 @@ pub struct SlotRead {
     pub result_mask: u64,
     /// Which fields of the next schema it published.
     pub next_mask: u64,
+}
+
+/// `bytes` cut into one part per field of `schema`, in order.
+fn split_fields<'a>(schema: &Schema, mut bytes: &'a mut [u8]) -> Vec<&'a mut [u8]> {
+    let mut parts = Vec::with_capacity(schema.len());
+    for field in schema.fields() {
+        let (part, rest) = std::mem::take(&mut bytes).split_at_mut(field.nbytes());
+        parts.push(part);
+        bytes = rest;
+    }
+    parts
 }
 
 /// A mask with one bit for each of `n` fields (`n <= 64`).
@@ -976,7 +987,22 @@ impl Exchange {
     /// the schema's dtype and shape; it may leave keys out (a reset's result
     /// beside a step's). The slot's next area is marked empty.
     pub fn publish(&self, slot: usize, result: &TensorDict) -> Result<(), WriteError> {
-        self.publish_areas(slot, result, None)
+        self.publish_areas(slot, result, None, true)
+    }
+
+    /// Publishes as [`Exchange::publish`] (with `next`: as
+    /// [`Exchange::publish_pair`]) without ringing the bell: for a writer
+    /// that publishes several slots in a row and rings once
+    /// ([`Exchange::ring`]), so that a sleeping reader wakes once. The
+    /// result is visible to readers at once; only their wake-up waits for
+    /// the ring.
+    pub fn publish_quiet(
+        &self,
+        slot: usize,
+        result: &TensorDict,
+        next: Option<&TensorDict>,
+    ) -> Result<(), WriteError> {
+        self.publish_areas(slot, result, next, false)
     }
 
     /// Publishes `result` and `next` together in `slot` (step and maybe
@@ -988,7 +1014,7 @@ impl Exchange {
         result: &TensorDict,
         next: &TensorDict,
     ) -> Result<(), WriteError> {
-        self.publish_areas(slot, result, Some(next))
+        self.publish_areas(slot, result, Some(next), true)
     }
 
     fn publish_areas(
@@ -996,6 +1022,7 @@ impl Exchange {
         slot: usize,
         result: &TensorDict,
         next: Option<&TensorDict>,
+        ring: bool,
     ) -> Result<(), WriteError> {
         self.check_write_slot(slot)?;
         let shared = &*self.shared;
@@ -1027,7 +1054,9 @@ impl Exchange {
             self.write_fields(slot, Area::Next, next, next_mask);
         }
         seqlock::end_write(clock, start);
-        bell::ring(shared.bell());
+        if ring {
+            bell::ring(shared.bell());
+        }
         Ok(())
     }
 
@@ -1288,8 +1317,20 @@ impl Exchange {
     /// [`Exchange::ring`]): spins briefly, then sleeps until `deadline`.
     /// Returns whether it rang (false: the deadline passed first).
     pub fn wait_bell(&self, ticket: u32, deadline: Option<Instant>) -> bool {
+        self.wait_bell_spinning(ticket, deadline, SPIN)
+    }
+
+    /// As [`Exchange::wait_bell`], spinning for up to `spin` (yielding the
+    /// core as it goes) before it sleeps: a reader that expects results
+    /// soon spares itself and the writer a wake-up system call.
+    pub fn wait_bell_spinning(
+        &self,
+        ticket: u32,
+        deadline: Option<Instant>,
+        spin: Duration,
+    ) -> bool {
         !matches!(
-            bell::wait_bell(self.shared.bell(), ticket, deadline, SPIN),
+            bell::wait_bell(self.shared.bell(), ticket, deadline, spin),
             crate::futex::WaitOutcome::TimedOut
         )
     }
@@ -1318,6 +1359,11 @@ impl Exchange {
         result: &mut TensorDict,
         next: &mut TensorDict,
     ) -> Result<Option<SlotRead>, ReadError> {
+        thread_local! {
+            /// The bytes of one slot's result and next areas, copied under
+            /// the clock before they go into the caller's tensors.
+            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
         self.check_read_slot(slot)?;
         let shared = &*self.shared;
         match seqlock::read_begin(shared.clock(slot)) {
@@ -1325,52 +1371,65 @@ impl Exchange {
             Some(_) => return Ok(None),
             None => return Err(ReadError::Busy { slot }),
         }
-        for (area, td) in [(Area::Result, &*result), (Area::Next, &*next)] {
-            shared
-                .layout
-                .schema(area)
-                .check(td)
-                .map_err(|source| ReadError::Schema { slot, area, source })?;
-        }
-        let columns = |area: Area, td: &mut TensorDict| -> Vec<Tensor> {
-            shared
-                .layout
-                .schema(area)
-                .fields()
-                .iter()
-                .map(|f| td.tensor(f.key()).expect("checked above").clone())
-                .collect()
-        };
-        // Private copies: written here, then set back (no other holder can
-        // see a half-copied tensor).
-        let mut result_cols = columns(Area::Result, result);
-        let mut next_cols = columns(Area::Next, next);
-        let snap = {
-            let mut result_bytes: Vec<&mut [u8]> =
-                result_cols.iter_mut().map(Tensor::bytes_mut).collect();
-            let mut next_bytes: Vec<&mut [u8]> =
-                next_cols.iter_mut().map(Tensor::bytes_mut).collect();
-            shared
-                .read_slot(slot, 0, &mut result_bytes, &mut next_bytes, READ_RETRIES)
-                .map_err(|_| ReadError::Busy { slot })?
-        };
-        if snap.clock <= after {
-            return Ok(None);
-        }
-        for (area, td, cols) in [
-            (Area::Result, result, result_cols),
-            (Area::Next, next, next_cols),
+        let result_schema = shared.layout.schema(Area::Result);
+        let next_schema = shared.layout.schema(Area::Next);
+        // Each field of both areas must be a tensor of the schema's dtype
+        // and shape in the caller's tensordicts (checked before anything is
+        // copied).
+        for (area, schema, td) in [
+            (Area::Result, result_schema, &*result),
+            (Area::Next, next_schema, &*next),
         ] {
-            for (field, col) in shared.layout.schema(area).fields().iter().zip(cols) {
-                td.set(field.key(), col).expect("same key, dtype and shape");
+            for field in schema.fields() {
+                let fits = td
+                    .tensor(field.key())
+                    .is_ok_and(|t| t.dtype() == field.dtype() && t.shape() == field.shape());
+                if !fits {
+                    return Err(ReadError::Schema {
+                        slot,
+                        area,
+                        source: schema.check(td).err().unwrap_or(SchemaError::UnknownKeys {
+                            keys: vec![field.key().clone()],
+                        }),
+                    });
+                }
             }
         }
-        Ok(Some(SlotRead {
-            clock: snap.clock,
-            published_ns: snap.published_ns,
-            result_mask: snap.result_mask,
-            next_mask: snap.next_mask,
-        }))
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let sizes = |schema: &Schema| schema.fields().iter().map(Field::nbytes).sum::<usize>();
+            let result_len = sizes(result_schema);
+            scratch.clear();
+            scratch.resize(result_len + sizes(next_schema), 0);
+            let (result_bytes, next_bytes) = scratch.split_at_mut(result_len);
+            let mut result_parts = split_fields(result_schema, result_bytes);
+            let mut next_parts = split_fields(next_schema, next_bytes);
+            let snap = shared
+                .read_slot(slot, 0, &mut result_parts, &mut next_parts, READ_RETRIES)
+                .map_err(|_| ReadError::Busy { slot })?;
+            if snap.clock <= after {
+                return Ok(None);
+            }
+            for (schema, td, parts, mask) in [
+                (result_schema, result, &result_parts, snap.result_mask),
+                (next_schema, next, &next_parts, snap.next_mask),
+            ] {
+                for (i, (field, part)) in schema.fields().iter().zip(parts).enumerate() {
+                    if mask & (1 << i) != 0 {
+                        td.tensor_mut(field.key())
+                            .expect("checked above")
+                            .bytes_mut()
+                            .copy_from_slice(part);
+                    }
+                }
+            }
+            Ok(Some(SlotRead {
+                clock: snap.clock,
+                published_ns: snap.published_ns,
+                result_mask: snap.result_mask,
+                next_mask: snap.next_mask,
+            }))
+        })
     }
 
     /// Records a batch taken with [`Exchange::read_into`] in the statistics:

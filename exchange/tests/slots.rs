@@ -948,3 +948,92 @@ fn statistics_track_the_time_until_the_actions_are_sent() {
     assert_eq!(stats.batch_fill_ratio, 1.0);
     assert_eq!(stats.partial_batch_fraction, 0.0);
 }
+
+/// The parent API of a reader that keeps its own account (the process
+/// pool's): `read_into` copies a newer result into the caller's buffers
+/// (keys not published keep their values), returns `None` when nothing
+/// newer is there, refuses buffers that do not fit, and records nothing
+/// until `record_received`.
+#[test]
+fn read_into_copies_newer_results_into_the_callers_buffers() {
+    let (parent, worker) = pair(action_schema(), cartpole_schema(), cartpole_schema(), 2);
+    let mut result = cartpole_schema().zeros();
+    let mut next = cartpole_schema().zeros();
+    assert_eq!(
+        parent.read_into(1, 0, &mut result, &mut next).unwrap(),
+        None
+    );
+    worker
+        .publish_quiet(1, &cartpole_record(1, 3), Some(&cartpole_record(1, 4)))
+        .unwrap();
+    let read = parent
+        .read_into(1, 0, &mut result, &mut next)
+        .unwrap()
+        .expect("a result newer than clock 0");
+    assert_eq!(read.result_mask.count_ones(), 5);
+    assert_eq!(result, cartpole_record(1, 3));
+    assert_eq!(next, cartpole_record(1, 4));
+    // Nothing newer than what was read.
+    assert_eq!(
+        parent
+            .read_into(1, read.clock, &mut result, &mut next)
+            .unwrap(),
+        None
+    );
+    // A result without a next area: next keeps its values.
+    worker.publish(1, &cartpole_record(1, 5)).unwrap();
+    let again = parent
+        .read_into(1, read.clock, &mut result, &mut next)
+        .unwrap()
+        .unwrap();
+    assert!(again.clock > read.clock);
+    assert_eq!(again.next_mask, 0);
+    assert_eq!(result, cartpole_record(1, 5));
+    assert_eq!(next, cartpole_record(1, 4));
+    // Buffers that do not fit the schemas, and slots out of range.
+    let mut wrong = action_schema().zeros();
+    let err = parent.read_into(1, 0, &mut wrong, &mut next).unwrap_err();
+    assert!(matches!(err, ReadError::Schema { slot: 1, .. }), "{err}");
+    let err = parent.read_into(9, 0, &mut result, &mut next).unwrap_err();
+    assert!(
+        matches!(err, ReadError::SlotOutOfRange { slot: 9, slots: 2 }),
+        "{err}"
+    );
+    // Nothing was counted; a recorded batch is.
+    assert_eq!(parent.stats(false).batches, 0);
+    parent.record_received(&[(1, again.published_ns)], Some(2), false);
+    let stats = parent.stats(false);
+    assert_eq!((stats.batches, stats.items), (1, 1));
+    assert_eq!(stats.partial_batch_fraction, 1.0);
+}
+
+/// Commands taken by several threads racing: each exactly once; a quiet
+/// publication rings nobody until `ring`; `pending_command` peeks.
+#[test]
+fn racing_takers_get_each_command_once_and_quiet_publications_ring_on_demand() {
+    let (parent, worker) = pair(action_schema(), cartpole_schema(), none(), 1);
+    let worker = std::sync::Arc::new(worker);
+    for round in 0..200u32 {
+        parent.post(0, STEP + round % 2).unwrap();
+        assert_eq!(parent.pending_command(0), Some(STEP + round % 2));
+        let takers: Vec<_> = (0..3)
+            .map(|_| {
+                let w = std::sync::Arc::clone(&worker);
+                std::thread::spawn(move || w.try_take_command(0).unwrap())
+            })
+            .collect();
+        let taken: Vec<u32> = takers
+            .into_iter()
+            .filter_map(|t| t.join().unwrap())
+            .collect();
+        assert_eq!(taken, [STEP + round % 2], "round {round}");
+        assert_eq!(parent.pending_command(0), None);
+    }
+    let ticket = parent.listen();
+    worker
+        .publish_quiet(0, &cartpole_record(0, 1), None)
+        .unwrap();
+    assert!(!parent.wait_bell_spinning(ticket, Some(Instant::now()), Duration::ZERO));
+    worker.ring();
+    assert!(parent.wait_bell(ticket, Some(Instant::now() + Duration::from_secs(10))));
+}

@@ -34,6 +34,11 @@ use crate::wire::{write_frame, EnvEntry, FrameReader, FromWorker, ToWorker};
 use crate::worker::command_word;
 use crate::{ExchangeMode, ProcError, ProcOptions};
 
+/// How long a receiver of the shm exchange spins (yielding) on the bell
+/// before it sleeps: results of a batch come within tens of microseconds,
+/// and a sleeping receiver costs its workers a wake-up system call.
+const RECEIVER_SPIN: Duration = Duration::from_micros(200);
+
 /// No command in flight.
 const IDLE: u8 = 0;
 /// Sent; no result yet.
@@ -724,7 +729,7 @@ impl ProcBackend {
         match &self.shared.shm {
             // Failures and wake-ups ring the bell too.
             Some(shm) => {
-                shm.wait_bell(ticket.bell, deadline);
+                shm.wait_bell_spinning(ticket.bell, deadline, RECEIVER_SPIN);
             }
             None => self.shared.signal.wait(ticket.generation, deadline),
         }

@@ -466,14 +466,29 @@ fn run_commands(work: &Work) {
                 // The ticket first: a ring after it ends the wait below.
                 let ticket = bells.listen(*bell);
                 let mut ran = false;
+                // Results are published quietly and the parent's bell rung
+                // once per scan (or every `RING_EVERY` of a long one), so a
+                // sleeping parent wakes once per batch, not once per env.
+                let mut unrung = false;
+                let mut rung_at = Instant::now();
                 for local in 0..work.envs.len() {
                     let slot = work.first + local;
                     if let Ok(Some(word)) = exchange.try_take_command(slot) {
                         ran = true;
                         if !busy(work, || shm_command(work, exchange, local, word)) {
+                            exchange.ring();
                             return;
                         }
+                        unrung = true;
+                        if rung_at.elapsed() >= RING_EVERY {
+                            exchange.ring();
+                            unrung = false;
+                            rung_at = Instant::now();
+                        }
                     }
+                }
+                if unrung {
+                    exchange.ring();
                 }
                 if !ran {
                     bells.wait(*bell, ticket, Some(Instant::now() + STOP_POLL), RUNNER_SPIN);
@@ -483,9 +498,13 @@ fn run_commands(work: &Work) {
     }
 }
 
+/// The longest a published result waits for the ring that wakes the
+/// parent while its runner goes on with the other commands of its scan.
+const RING_EVERY: Duration = Duration::from_micros(20);
+
 /// How long a runner of the shm exchange spins on its bell before it
 /// sleeps: long enough to catch the next batch of a tight loop.
-const RUNNER_SPIN: Duration = Duration::from_micros(50);
+const RUNNER_SPIN: Duration = Duration::from_micros(500);
 
 /// Runs `body` counted as busy (not idle), then records progress.
 fn busy<R>(work: &Work, body: impl FnOnce() -> R) -> R {
@@ -593,10 +612,12 @@ fn shm_command(work: &Work, exchange: &Exchange, local: usize, word: u32) -> boo
         Ok(()) => match op {
             Op::Reset => {
                 let empty = TensorDict::new(h.runner.next.batch_size());
-                exchange.publish_pair(slot, &empty, &h.runner.root)
+                exchange.publish_quiet(slot, &empty, Some(&h.runner.root))
             }
-            Op::Step => exchange.publish(slot, &h.runner.next),
-            Op::StepAndMaybeReset => exchange.publish_pair(slot, &h.runner.next, &h.runner.root),
+            Op::Step => exchange.publish_quiet(slot, &h.runner.next, None),
+            Op::StepAndMaybeReset => {
+                exchange.publish_quiet(slot, &h.runner.next, Some(&h.runner.root))
+            }
         }
         .map_err(|e| FromWorker::Failed {
             env: h.env as u32,
