@@ -227,11 +227,14 @@ impl ProcBackend {
             None => None,
         };
         let deadline = Instant::now() + options.start_timeout;
-        let program = spawn::program().map_err(|e| ProcError::Spawn {
-            worker: 0,
-            program: "the current executable".into(),
-            message: e.to_string(),
-        })?;
+        let program = match &options.program {
+            Some(program) => program.clone(),
+            None => spawn::program().map_err(|e| ProcError::Spawn {
+                worker: 0,
+                program: "the current executable".into(),
+                message: e.to_string(),
+            })?,
+        };
         let mut starting: Vec<Starting> = Vec::with_capacity(workers);
         let started = (|| -> Result<Started, ProcError> {
             for w in 0..workers {

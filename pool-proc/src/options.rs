@@ -3,6 +3,7 @@
 
 use std::ffi::OsString;
 use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::Affinity;
@@ -49,6 +50,10 @@ pub struct ProcOptions {
     /// One CPU set per worker, applied in the worker before any env is
     /// built (default: none).
     pub affinity: Option<Affinity>,
+    /// The program a worker runs (default: this one, `current_exe`). Any
+    /// program whose `main` calls the init function and registers the same
+    /// envs will do.
+    pub program: Option<PathBuf>,
     /// Arguments for the program when it is started again as a worker
     /// (default: none). A test binary needs the arguments that run only the
     /// test calling the init function: see [`libtest_worker_args`].
@@ -72,6 +77,7 @@ impl Default for ProcOptions {
             threads_per_worker: None,
             exchange: ExchangeMode::Auto,
             affinity: None,
+            program: None,
             worker_args: Vec::new(),
             quiet: false,
             start_timeout: Duration::from_secs(60),
@@ -102,6 +108,12 @@ impl ProcOptions {
     /// Sets the CPU affinity of the workers.
     pub fn affinity(mut self, affinity: Affinity) -> ProcOptions {
         self.affinity = Some(affinity);
+        self
+    }
+
+    /// Sets the program a worker runs.
+    pub fn program(mut self, program: impl Into<PathBuf>) -> ProcOptions {
+        self.program = Some(program.into());
         self
     }
 

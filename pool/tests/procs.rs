@@ -240,6 +240,20 @@ fn workers_that_fail_to_start() {
             "{err}"
         );
 
+        // A program that does not exist.
+        let err = AsyncEnvPool::builder()
+            .backend(Backend::Multiprocessing(
+                options(ExchangeMode::Queue).program("/nonexistent/rlpool-worker"),
+            ))
+            .registered_n("CountingEnv", 2, Kwargs::new())
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(&err, PoolError::Proc(ProcError::Spawn { worker: 0, program, .. }) if program == "/nonexistent/rlpool-worker"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("No such file"), "{err}");
+
         // A worker that runs no init (its arguments name no test) exits at
         // once: the handshake reports it.
         let err = AsyncEnvPool::builder()
@@ -250,12 +264,14 @@ fn workers_that_fail_to_start() {
             .build()
             .unwrap_err();
         match &err {
+            // Whichever worker is found gone first (at its hello or its
+            // answer), with its env and exit status.
             PoolError::Proc(ProcError::Start {
-                worker: 0,
+                worker,
                 envs,
                 reason,
             }) => {
-                assert_eq!(envs, &[0]);
+                assert_eq!(envs, &[*worker]);
                 assert!(reason.contains("exit status: 0"), "{reason}");
             }
             other => panic!("expected a start error, got {other}"),
@@ -657,6 +673,58 @@ fn a_stuck_env_does_not_stop_its_neighbours() {
                 start.elapsed()
             );
             assert!(all_gone(&pids, Duration::from_secs(5)));
+        }
+    });
+}
+
+/// A worker killed in the middle of a step (a long one): the receive
+/// waiting for it, with no deadline, returns the worker's death, at once
+/// (its socket's end wakes the parent; nothing polls).
+#[test]
+fn a_worker_killed_mid_step_is_reported_at_once() {
+    watchdog(|| {
+        for exchange in EXCHANGES {
+            let pool = AsyncEnvPool::builder()
+                .backend(procs(exchange))
+                .registered_n(
+                    "LatencyEnv",
+                    1,
+                    Kwargs::new()
+                        .with("step_us", 30_000_000)
+                        .with("mode", "sleep"),
+                )
+                .build()
+                .unwrap();
+            pool.reset(None).unwrap();
+            pool.async_step_send(actions(&[0]), Target::All).unwrap();
+            let pid = pool.worker_pids()[0];
+            let killer = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                let killed = Instant::now();
+                Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status()
+                    .unwrap();
+                killed
+            });
+            let err = expect_err(pool.async_step_recv(Recv::new()), "killed mid-step");
+            let reported = Instant::now();
+            let killed = killer.join().unwrap();
+            assert!(
+                matches!(
+                    err,
+                    PoolError::Proc(ProcError::WorkerDied { worker: 0, .. })
+                ),
+                "{err}"
+            );
+            // Measured: 3 ms (queue) and 9 ms (shm) from the start of the kill
+            // command (its own start and exit included)
+            // included); generous for a loaded machine.
+            let latency = reported.saturating_duration_since(killed);
+            assert!(
+                latency < Duration::from_secs(1),
+                "{exchange:?}: {latency:?}"
+            );
         }
     });
 }
