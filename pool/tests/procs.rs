@@ -718,8 +718,8 @@ fn a_worker_killed_mid_step_is_reported_at_once() {
                 "{err}"
             );
             // Measured: 3 ms (queue) and 9 ms (shm) from the start of the kill
-            // command (its own start and exit included)
-            // included); generous for a loaded machine.
+            // command (its own start and exit included); the bound is
+            // generous for a loaded machine.
             let latency = reported.saturating_duration_since(killed);
             assert!(
                 latency < Duration::from_secs(1),
