@@ -6,6 +6,7 @@
 use std::ffi::OsString;
 use std::io;
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Sender};
@@ -64,7 +65,10 @@ pub(crate) fn start_worker(
     command
         .args(args)
         .env(WORKER_VAR, format!("{worker}:{}", std::process::id()))
-        .stdin(Stdio::from(std::os::fd::OwnedFd::from(socket)));
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(socket)))
+        // Its own process group: a Ctrl-C at the terminal reaches the
+        // parent, which stops the workers in order, not the workers.
+        .process_group(0);
     if quiet {
         command.stdout(Stdio::null());
     }
