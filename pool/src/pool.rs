@@ -293,6 +293,16 @@ impl AsyncEnvPool {
         self.backend().env_specs()[env].batch_size()
     }
 
+    /// Each env's own batch size (`[]` for an unbatched env), as
+    /// TorchRL's `env_batch_sizes`.
+    pub fn env_batch_sizes(&self) -> Vec<Vec<usize>> {
+        self.backend()
+            .env_specs()
+            .iter()
+            .map(|s| s.batch_size().to_vec())
+            .collect()
+    }
+
     /// The name of each env.
     pub fn env_names(&self) -> &[String] {
         self.backend().env_names()

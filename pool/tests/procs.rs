@@ -100,6 +100,7 @@ fn smoke() {
             .build()
             .unwrap();
         assert_eq!(pool.resolved_exchange(), expected);
+        assert_eq!(pool.env_batch_sizes(), vec![Vec::<usize>::new(); 4]);
         let root = pool.reset(None).unwrap().into_dense().unwrap();
         assert_eq!(root.batch_size(), &[4]);
         let step = pool
