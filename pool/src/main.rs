@@ -368,6 +368,7 @@ fn run(args: &RunArgs) -> Result<(), Failure> {
     let stats = pool.stats(false);
     let exchange = pool.resolved_exchange();
     let worker_pids = pool.worker_pids();
+    let reason = pool.exchange_reason().map(str::to_owned);
     pool.shutdown();
     let (tally, elapsed) = outcome.map_err(failed)?;
     let rate = tally.steps as f64 / elapsed.as_secs_f64().max(1e-9);
@@ -386,6 +387,7 @@ fn run(args: &RunArgs) -> Result<(), Failure> {
             "mean_return": tally.mean_return(),
             "interrupted": stop.load(Ordering::SeqCst),
             "worker_pids": worker_pids,
+            "exchange_reason": reason,
             "stats": stats,
         });
         println!("{line}");
@@ -400,7 +402,13 @@ fn run(args: &RunArgs) -> Result<(), Failure> {
     if let Some(mean) = tally.mean_return() {
         println!("mean return:  {mean:.2}");
     }
-    println!("exchange:     {}", format!("{exchange:?}").to_lowercase());
+    match &reason {
+        Some(reason) => println!(
+            "exchange:     {} (auto chose it: {reason})",
+            format!("{exchange:?}").to_lowercase()
+        ),
+        None => println!("exchange:     {}", format!("{exchange:?}").to_lowercase()),
+    }
     if !stats.is_empty() {
         println!("stats:");
         for (name, value) in &stats {
