@@ -23,6 +23,9 @@ commands:
              extra arguments are passed to the benchmark binaries
   loom       model-check the exchange protocol with loom (--cfg loom, release,
              target/loom; LOOM_MAX_PREEMPTIONS=3 unless already set)
+  soak       --minutes N: two process pools (queue and shm exchanges) driven at
+             random for N minutes, every result checked, memory and descriptors
+             watched (pool/examples/soak.rs)
   help       print this message";
 
 fn main() -> ExitCode {
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
         Some("test-all") => test_all(),
         Some("bench") => bench(&rest),
         Some("loom") => loom(),
+        Some("soak") => soak(&rest),
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{USAGE}");
             Ok(())
@@ -133,6 +137,13 @@ fn bench(extra: &[String]) -> Result<(), String> {
 /// `--cfg loom` changes every crate's build, so it gets its own target
 /// directory and leaves the normal build alone. The preemption bound keeps
 /// the run short; set `LOOM_MAX_PREEMPTIONS` to explore more.
+fn soak(extra: &[String]) -> Result<(), String> {
+    let mut soak = cargo();
+    soak.args(["run", "--release", "-p", "pool", "--example", "soak", "--"])
+        .args(extra);
+    step("soak", soak)
+}
+
 fn loom() -> Result<(), String> {
     let mut rustflags = env::var("RUSTFLAGS").unwrap_or_default();
     if !rustflags.is_empty() {
