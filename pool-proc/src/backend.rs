@@ -962,11 +962,18 @@ impl Shared {
                 .unwrap_or_else(|p| p.into_inner())
                 .take();
             if let Some(mut child) = child {
-                let status = exit_reason(&mut child, Duration::from_millis(20));
+                let patience = Duration::from_millis(20);
+                let status = exit_reason(&mut child, patience);
                 if status == "still running" {
                     let _ = child.kill();
-                    let _ = child.wait();
-                    reason = format!("{reason}; it was killed");
+                    // Its status all the same: a worker that was dying
+                    // (a slow abort on a loaded machine) says how.
+                    let status = child.wait().map_or_else(
+                        |err| format!("status unknown ({err})"),
+                        |status| status.to_string(),
+                    );
+                    reason =
+                        format!("{reason}; still running after {patience:?}, killed ({status})");
                 } else {
                     reason = format!("{reason} ({status})");
                 }

@@ -14,6 +14,10 @@
 //! [`STALL`], and commands wait, the main thread starts a spare runner. The
 //! worker exits on stop, at the end of its socket (the parent is gone), or
 //! with the parent (a parent-death signal).
+//!
+//! For the fault-injection tests only, an env's keyword arguments may carry
+//! a fault of the worker itself, which no env could cause: see
+//! [`WORKER_FAULT`].
 
 use std::collections::VecDeque;
 use std::io;
@@ -39,6 +43,51 @@ const STOP_POLL: Duration = Duration::from_millis(100);
 /// How long a stopping worker waits for its env threads to finish the
 /// command they run.
 const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// The keyword (taken out of an env's keyword arguments before the env is
+/// built) of a fault of the worker's control socket, for the
+/// fault-injection tests: `"close_socket@K"` (at the env's K-th step
+/// command, the worker shuts its socket down) or `"garbage@K"` (it writes
+/// a frame the parent cannot decode), in place of running that step.
+const WORKER_FAULT: &str = "rlpool_worker_fault";
+
+/// A fault of the worker's control socket (see [`WORKER_FAULT`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SocketFault {
+    /// Shut the socket down (both directions).
+    Close,
+    /// Write a frame with an unknown message tag.
+    Garbage,
+}
+
+/// A frame no parent can decode: an unknown message tag.
+const GARBAGE: &[u8] = &[0xEE, 0xBA, 0xAD, 0xF0, 0x0D];
+
+/// Takes [`WORKER_FAULT`] out of `kwargs`: the fault and the step command
+/// it replaces.
+fn take_fault(kwargs: Kwargs) -> Result<(Kwargs, Option<(SocketFault, u64)>), String> {
+    let Some(value) = kwargs.get(WORKER_FAULT) else {
+        return Ok((kwargs, None));
+    };
+    let bad =
+        || format!("{WORKER_FAULT}: expected \"close_socket@K\" or \"garbage@K\", got {value:?}");
+    let text = match value {
+        envs::KwValue::Str(text) => text.as_str(),
+        _ => return Err(bad()),
+    };
+    let (name, at) = text.split_once('@').ok_or_else(bad)?;
+    let fault = match name {
+        "close_socket" => SocketFault::Close,
+        "garbage" => SocketFault::Garbage,
+        _ => return Err(bad()),
+    };
+    let at = at.parse::<u64>().map_err(|_| bad())?;
+    let mut rest = Kwargs::new();
+    for (key, value) in kwargs.iter().filter(|(key, _)| *key != WORKER_FAULT) {
+        rest.set(key, value.clone());
+    }
+    Ok((rest, Some((fault, at))))
+}
 
 /// The command word of `op` (with or without an input) in a slot.
 pub(crate) fn command_word(op: Op, with_input: bool) -> u32 {
@@ -142,6 +191,33 @@ struct Hosted {
     env: usize,
     inner: Box<dyn Env>,
     runner: Runner,
+    /// Step commands received (for the socket fault).
+    steps: u64,
+    /// A socket fault in place of a step command (tests only).
+    fault: Option<(SocketFault, u64)>,
+}
+
+impl Hosted {
+    /// Counts a command; whether it is the one a socket fault replaces.
+    fn faults_now(&mut self, op: Op) -> Option<SocketFault> {
+        if op == Op::Reset {
+            return None;
+        }
+        self.steps += 1;
+        self.fault
+            .filter(|&(_, at)| at == self.steps)
+            .map(|(fault, _)| fault)
+    }
+}
+
+/// Injects a socket fault (tests only): the parent finds the end of the
+/// socket, or a frame it cannot decode.
+fn inject(work: &Work, fault: SocketFault) {
+    let stream = lock(&work.writer);
+    let _ = match fault {
+        SocketFault::Close => stream.shutdown(std::net::Shutdown::Both),
+        SocketFault::Garbage => write_frame(&stream, GARBAGE, &[]),
+    };
 }
 
 /// How commands reach the runners.
@@ -265,8 +341,13 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
                 first + local - 1
             ));
         }
-        let built = Kwargs::from_bytes(&entry.kwargs).map_err(|e| (e.to_string(), false));
-        let built = built.and_then(|kwargs| {
+        let mut fault = None;
+        let built = Kwargs::from_bytes(&entry.kwargs)
+            .map_err(|e| e.to_string())
+            .and_then(take_fault)
+            .map_err(|message| (message, false));
+        let built = built.and_then(|(kwargs, socket_fault)| {
+            fault = socket_fault;
             match catch_unwind(AssertUnwindSafe(|| envs::make(&entry.name, &kwargs))) {
                 Ok(Ok(inner)) => Ok(inner),
                 Ok(Err(err)) => Err((err.to_string(), false)),
@@ -288,7 +369,13 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
                     },
                 )
                 .map_err(io_err)?;
-                hosted.push(Mutex::new(Hosted { env, inner, runner }));
+                hosted.push(Mutex::new(Hosted {
+                    env,
+                    inner,
+                    runner,
+                    steps: 0,
+                    fault,
+                }));
             }
             Err((message, panicked)) => {
                 send(
@@ -541,6 +628,9 @@ fn run_op(h: &mut Hosted, op: Op, with_input: bool) -> Result<(), FromWorker> {
 /// buffer, the op run, the result (or failure) sent over the socket.
 fn queue_command(work: &Work, local: usize, op: Op, input: &[u8]) {
     let mut h = lock(&work.envs[local]);
+    if let Some(fault) = h.faults_now(op) {
+        return inject(work, fault);
+    }
     let with_input = !input.is_empty();
     let filled = if with_input {
         tensordict::decode(input)
@@ -593,6 +683,10 @@ fn shm_command(work: &Work, exchange: &Exchange, local: usize, word: u32) -> boo
         );
         return false;
     };
+    if let Some(fault) = h.faults_now(op) {
+        inject(work, fault);
+        return true;
+    }
     let mut outcome = if with_input || op != Op::Reset {
         exchange
             .read_input(slot, &mut h.runner.input)

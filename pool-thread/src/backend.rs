@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use envs::{Env, EnvError, EnvSpecs};
 use tensordict::{Entry, TensorDict};
@@ -28,6 +28,10 @@ pub struct ThreadOptions {
     /// at most one per env.
     pub threads: Option<NonZeroUsize>,
 }
+
+/// How long shutdown waits for the worker threads to finish the envs they
+/// are stepping before it leaves them behind.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// No env work for this slot.
 const IDLE: u8 = 0;
@@ -485,17 +489,26 @@ impl ThreadBackend {
     }
 
     /// Stops the workers and joins them. A worker finishes the env it is
-    /// stepping first (a thread cannot be killed), so an env step that never
-    /// returns keeps this waiting; queued envs that no worker started are
-    /// dropped. Idempotent.
+    /// stepping first (a thread cannot be killed): one still inside an env
+    /// after [`SHUTDOWN_GRACE`] is left behind, detached, to exit once the
+    /// env returns, so that an env step that never returns cannot hang
+    /// shutdown (or drop). Queued envs that no worker started are dropped.
+    /// Idempotent.
     pub fn shutdown(&self) {
         self.shared.queue.stop();
         // Receivers blocked on results return (and see the shutdown).
         self.shared.done.close();
         let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|p| p.into_inner()));
+        let deadline = Instant::now() + SHUTDOWN_GRACE;
         for handle in handles {
-            // A worker never panics (env panics are caught); nothing to report.
-            let _ = handle.join();
+            while !handle.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if handle.is_finished() {
+                // A worker never panics (env panics are caught); nothing to
+                // report.
+                let _ = handle.join();
+            }
         }
     }
 }

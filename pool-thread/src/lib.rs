@@ -54,5 +54,5 @@ mod error;
 mod queue;
 mod signal;
 
-pub use crate::backend::{EnvFactory, EnvOutput, Op, ThreadBackend, ThreadOptions};
+pub use crate::backend::{EnvFactory, EnvOutput, Op, ThreadBackend, ThreadOptions, SHUTDOWN_GRACE};
 pub use crate::error::ThreadError;

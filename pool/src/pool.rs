@@ -999,9 +999,12 @@ impl AsyncEnvPool {
             .collect()
     }
 
-    /// Stops the pool: results not received are dropped, the worker threads
-    /// finish the env they are stepping and are joined. Later calls are
-    /// errors ([`PoolError::ShutDown`]). Idempotent; also done on drop.
+    /// Stops the pool: results not received are dropped; worker threads
+    /// finish the env they are stepping and are joined (one still inside
+    /// an env after two seconds is left behind, detached: a thread cannot
+    /// be killed), worker processes are asked to stop, killed after the
+    /// shutdown deadline, and reaped. Later calls are errors
+    /// ([`PoolError::ShutDown`]). Idempotent; also done on drop.
     pub fn shutdown(&self) {
         self.book().shut_down = true;
         self.backend.shutdown();

@@ -1,6 +1,7 @@
 //! Test envs for the pool's failure paths: `FaultyCounter`, a CountingEnv
-//! that panics or returns an error at a given step, registered by name so
-//! that any backend can build it.
+//! that panics, returns an error, hangs, aborts its process or is slow at a
+//! given step (or fails at a given reset), registered by name so that any
+//! backend can build it.
 
 use std::sync::Once;
 
@@ -18,9 +19,18 @@ pub(crate) enum Fault {
     Panic,
     /// `step_into` returns `EnvError::failed`.
     Error,
-    /// `step_into` never returns (it sleeps for an hour): for process
-    /// pools only, whose workers are killed at shutdown.
+    /// `step_into` does not return for an hour: a process pool's shutdown
+    /// kills its worker, a thread pool's leaves its thread behind.
     Hang,
+    /// `step_into` aborts the process (`std::process::abort`): for
+    /// process pools only.
+    Abort,
+    /// `step_into` sleeps ten times `step_us` (the other steps sleep
+    /// `step_us`), then counts as usual.
+    Slow,
+    /// `reset_into` returns `EnvError::failed` at the `fail_at`-th reset
+    /// call (steps never fail).
+    ErrorOnReset,
 }
 
 impl Fault {
@@ -29,6 +39,9 @@ impl Fault {
             Fault::Panic => "panic",
             Fault::Error => "error",
             Fault::Hang => "hang",
+            Fault::Abort => "abort",
+            Fault::Slow => "slow",
+            Fault::ErrorOnReset => "error_on_reset",
         }
     }
 }
@@ -36,13 +49,18 @@ impl Fault {
 /// A [`CountingEnv`] whose `fail_at`-th step call (counted from 1 since the
 /// env was built; 0: never) fails without counting; every other call counts
 /// as CountingEnv does. Keywords: `start_val`, `max_steps` (as CountingEnv),
-/// `fail_at` (default 0), `fault` (`"panic"` or `"error"`, default panic).
+/// `fail_at` (default 0), `fault` (`"panic"`, `"error"`, `"hang"`,
+/// `"abort"`, `"slow"` or `"error_on_reset"`, default panic; see
+/// [`Fault`]), `step_us` (every step sleeps this long first, default 0).
+/// A slow step is not a failure: it counts.
 #[derive(Debug)]
 pub(crate) struct FaultyCounter {
     inner: CountingEnv,
     calls: i64,
+    resets: i64,
     fail_at: i64,
     fault: Fault,
+    step: std::time::Duration,
 }
 
 /// The message of the failure at step call `call`.
@@ -51,19 +69,29 @@ pub(crate) fn fault_message(fault: Fault, call: i64) -> String {
         Fault::Panic => format!("deliberate panic at step {call}"),
         Fault::Error => format!("deliberate error at step {call}"),
         Fault::Hang => format!("deliberate hang at step {call}"),
+        Fault::Abort => format!("deliberate abort at step {call}"),
+        Fault::Slow => format!("deliberate slow step {call}"),
+        Fault::ErrorOnReset => format!("deliberate error at reset {call}"),
     }
 }
 
 impl FaultyCounter {
     fn from_kwargs(kwargs: &Kwargs) -> Result<FaultyCounter, EnvError> {
-        let reader = kwargs.reader(FAULTY, &["start_val", "max_steps", "fail_at", "fault"]);
+        let reader = kwargs.reader(
+            FAULTY,
+            &["start_val", "max_steps", "fail_at", "fault", "step_us"],
+        );
         let start_val = reader.int("start_val", Some(0))?;
         let max_steps = reader.int("max_steps", Some(1 << 30))?;
         let fail_at = reader.int("fail_at", Some(0))?;
+        let step_us = reader.uint("step_us", Some(0))?;
         let fault = match reader.string("fault", Some("panic"))?.as_str() {
             "panic" => Fault::Panic,
             "error" => Fault::Error,
             "hang" => Fault::Hang,
+            "abort" => Fault::Abort,
+            "slow" => Fault::Slow,
+            "error_on_reset" => Fault::ErrorOnReset,
             other => return Err(reader.invalid("fault", format!("{other:?}"))),
         };
         reader.finish()?;
@@ -71,8 +99,10 @@ impl FaultyCounter {
         Ok(FaultyCounter {
             inner: CountingEnv::new(to_i32(start_val)?, to_i32(max_steps)?),
             calls: 0,
+            resets: 0,
             fail_at,
             fault,
+            step: std::time::Duration::from_micros(step_us),
         })
     }
 }
@@ -91,18 +121,30 @@ impl Env for FaultyCounter {
         input: Option<&TensorDict>,
         out: &mut TensorDict,
     ) -> Result<(), EnvError> {
+        self.resets += 1;
+        if self.fault == Fault::ErrorOnReset && self.resets == self.fail_at {
+            let message = fault_message(self.fault, self.resets);
+            return Err(EnvError::failed(FAULTY, message));
+        }
         self.inner.reset_into(input, out)
     }
 
     fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
         self.calls += 1;
+        let mut sleep = self.step;
         if self.calls == self.fail_at {
             let message = fault_message(self.fault, self.calls);
             match self.fault {
                 Fault::Panic => panic!("{message}"),
                 Fault::Error => return Err(EnvError::failed(FAULTY, message)),
                 Fault::Hang => std::thread::sleep(std::time::Duration::from_secs(3600)),
+                Fault::Abort => std::process::abort(),
+                Fault::Slow => sleep *= 10,
+                Fault::ErrorOnReset => {}
             }
+        }
+        if !sleep.is_zero() {
+            std::thread::sleep(sleep);
         }
         self.inner.step_into(input, next)
     }
