@@ -129,6 +129,17 @@ pub enum PoolError {
         /// The tensordict's batch size.
         batch_size: Vec<usize>,
     },
+    /// A tensordict whose rows do not have the batch size of the envs they
+    /// are sent to (an extra or missing batch dim).
+    #[error("env {env} has batch size {expected:?} but its row of the tensordict has batch size {found:?}")]
+    RowBatchSize {
+        /// The first env whose row does not fit.
+        env: usize,
+        /// The env's own batch size.
+        expected: Vec<usize>,
+        /// The batch size of a row of the tensordict.
+        found: Vec<usize>,
+    },
     /// A send with `Target::EnvIndex` whose tensordict has no usable
     /// `"env_index"` entry.
     #[error("target EnvIndex: {reason}")]

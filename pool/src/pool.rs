@@ -388,9 +388,19 @@ impl AsyncEnvPool {
                     });
                 }
                 // One env's tensordict: its own batch size, or a leading 1.
+                let own = self.env_batch(*env);
                 let row = match td {
-                    Some(td) if td.batch_size() == &self.batch_size[1..] => None,
-                    Some(td) if td.batch_size().first() == Some(&1) => Some(0),
+                    Some(td) if td.batch_size() == own => None,
+                    Some(td) if td.batch_size().first() == Some(&1) => {
+                        if &td.batch_size()[1..] != own {
+                            return Err(PoolError::RowBatchSize {
+                                env: *env,
+                                expected: own.to_vec(),
+                                found: td.batch_size()[1..].to_vec(),
+                            });
+                        }
+                        Some(0)
+                    }
                     Some(td) => {
                         return Err(PoolError::TargetLength {
                             targets: 1,
@@ -417,6 +427,18 @@ impl AsyncEnvPool {
             }
             if std::mem::replace(&mut seen[env], true) {
                 return Err(PoolError::DuplicateEnv { env });
+            }
+        }
+        // Each row must have its env's batch size (the backends copy rows
+        // into buffers of that size).
+        if let Some(td) = td {
+            let found = &td.batch_size()[1..];
+            if let Some(&env) = envs.iter().find(|&&env| found != self.env_batch(env)) {
+                return Err(PoolError::RowBatchSize {
+                    env,
+                    expected: self.env_batch(env).to_vec(),
+                    found: found.to_vec(),
+                });
             }
         }
         Ok(envs

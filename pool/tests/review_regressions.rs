@@ -1,6 +1,7 @@
 //! Regressions found by review of the threading pool: deadlines too long to
 //! represent, `max_get` that starved high-index envs, and envs with a batch
-//! size of their own.
+//! size of their own (also: rows of the wrong batch size, found by the
+//! bad-input table, `tests/bad_input.rs`).
 
 use std::time::Duration;
 
@@ -195,4 +196,79 @@ fn envs_with_a_batch_size_pool_and_reset_only_their_done_rows() {
         vec![0, 2, 0, 2]
     );
     let _ = CountingEnv::new(0, 1);
+}
+
+/// Rows whose batch size is not their env's were an invalid input reading
+/// "cannot stack: tensordict 0 has batch size [] but tensordict 0 has
+/// [2]"; they are now an error naming the env and both batch sizes, and
+/// nothing is sent.
+#[test]
+fn rows_of_the_wrong_batch_size_name_the_env_and_both_sizes() {
+    let pool = AsyncEnvPool::builder()
+        .env(|| Ok(Box::new(TwoCounters::new()) as Box<dyn Env>))
+        .env(|| Ok(Box::new(TwoCounters::new()) as Box<dyn Env>))
+        .build()
+        .unwrap();
+    let with_action = |batch: &[usize]| {
+        let mut td = TensorDict::new(batch);
+        let mut shape = batch.to_vec();
+        shape.push(1);
+        td.set("action", Tensor::full(&shape, 1i64)).unwrap();
+        td
+    };
+    // Rows of batch size [] and [3] for envs of batch size [2].
+    let err = pool.step(with_action(&[2])).unwrap_err();
+    assert_eq!(
+        err,
+        PoolError::RowBatchSize {
+            env: 0,
+            expected: vec![2],
+            found: vec![]
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "env 0 has batch size [2] but its row of the tensordict has batch size []"
+    );
+    let err = pool
+        .async_step_send(with_action(&[1, 3]), Target::Envs(vec![1]))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        PoolError::RowBatchSize {
+            env: 1,
+            expected: vec![2],
+            found: vec![3]
+        }
+    );
+    // One env's tensordict with a leading 1 and the wrong batch size.
+    let err = pool
+        .async_step_send(with_action(&[1, 3]), Target::Env(1))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        PoolError::RowBatchSize {
+            env: 1,
+            expected: vec![2],
+            found: vec![3]
+        }
+    );
+    assert!(pool.in_flight().is_empty(), "nothing was sent");
+    // Its own batch size, with or without a leading 1, and rows of it.
+    pool.async_step_send(with_action(&[2]), Target::Env(0))
+        .unwrap();
+    pool.async_step_send(with_action(&[1, 2]), Target::Env(1))
+        .unwrap();
+    for env in 0..2 {
+        let out = pool.async_step_recv_env(env, None).unwrap();
+        assert_eq!(
+            out.tensor(("next", "observation"))
+                .unwrap()
+                .to_vec::<i32>()
+                .unwrap(),
+            vec![1, 1]
+        );
+    }
+    let out = pool.step(with_action(&[2, 2])).unwrap();
+    assert_eq!(out.len(), 2);
 }
