@@ -66,7 +66,7 @@ impl EnvSpecs {
             ("state", &state),
         ];
         for (i, (name, spec)) in composites.iter().enumerate() {
-            if let Err(err) = spec.try_zero() {
+            if let Err(err) = spec.check_zero() {
                 return Err(EnvError::InvalidSpecs {
                     reason: format!("the {name} spec cannot give zeros: {err}"),
                 });
@@ -373,6 +373,28 @@ mod tests {
                 r#""state""#
             ]
         );
+    }
+
+    #[test]
+    fn specs_of_huge_values_decode_without_making_them() {
+        // A few hundred bytes may describe an observation of 16 GiB (the
+        // largest value a spec may make): checking that its zeros can be
+        // made must not make them (found by fuzzing `from_bytes`).
+        let specs = EnvSpecs::standard(
+            TensorSpec::categorical(&[1], DType::I64, 2).unwrap(),
+            TensorSpec::unbounded(&[1 << 31], DType::F64),
+        )
+        .unwrap();
+        let bytes = specs.to_bytes();
+        assert!(bytes.len() < 1000);
+        assert_eq!(EnvSpecs::from_bytes(&bytes).unwrap(), specs);
+        // One more element is too large: refused, still without making it.
+        let err = EnvSpecs::standard(
+            TensorSpec::categorical(&[1], DType::I64, 2).unwrap(),
+            TensorSpec::unbounded(&[(1 << 31) + 1], DType::F64),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("cannot give zeros"), "{err}");
     }
 
     #[test]

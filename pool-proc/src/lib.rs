@@ -41,6 +41,8 @@
 mod affinity;
 mod backend;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod options;
 mod signal;
 mod spawn;

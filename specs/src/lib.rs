@@ -75,6 +75,7 @@ mod composite;
 mod display;
 mod elements;
 mod error;
+mod form;
 mod sample;
 mod spec;
 mod stack;

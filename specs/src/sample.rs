@@ -492,7 +492,7 @@ impl Composite {
     }
 
     /// [`value_bytes`] for a composite.
-    fn value_bytes(&self, key: &NestedKey) -> Result<u64, SpecError> {
+    pub(crate) fn value_bytes(&self, key: &NestedKey) -> Result<u64, SpecError> {
         sum_bytes(
             key,
             self.shape(),

@@ -3,8 +3,9 @@
 //! `cargo xtask test-all` runs every check we have: formatting, clippy with
 //! warnings denied, the whole test suite (unit, integration and doc tests)
 //! and the loom models of the exchange protocol (`cargo xtask loom`).
-//! `cargo xtask bench` runs the benchmarks. The binary needs nothing
-//! but cargo and rustc: it finds the workspace root from its own manifest
+//! `cargo xtask bench` runs the benchmarks; `cargo xtask fuzz` builds the
+//! fuzz targets of `fuzz/` with libFuzzer and runs them. The binary needs
+//! nothing but cargo and rustc (and, for `fuzz`, a C++ compiler): it finds the workspace root from its own manifest
 //! directory and runs cargo through `$CARGO`.
 #![forbid(unsafe_code)]
 
@@ -26,6 +27,10 @@ commands:
   soak       --minutes N: two process pools (queue and shm exchanges) driven at
              random for N minutes, every result checked, memory and descriptors
              watched (pool/examples/soak.rs)
+  fuzz [--seconds N] [--target T]...
+             build the fuzz targets of fuzz/ (libFuzzer, stable coverage flags,
+             target/fuzz) and run each for N seconds (default 60) from its
+             committed corpus; fails on a crash and prints the input's path
   help       print this message";
 
 fn main() -> ExitCode {
@@ -37,6 +42,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&rest),
         Some("loom") => loom(),
         Some("soak") => soak(&rest),
+        Some("fuzz") => fuzz(&rest),
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{USAGE}");
             Ok(())
@@ -159,4 +165,197 @@ fn loom() -> Result<(), String> {
         loom.env("LOOM_MAX_PREEMPTIONS", "3");
     }
     step("loom models of the exchange protocol", loom)
+}
+
+/// The flags that make a build a libFuzzer build with the stable compiler:
+/// LLVM's coverage instrumentation (what `cargo fuzz build -s none` passes),
+/// `cfg(fuzzing)`, and debug assertions and overflow checks, so that an
+/// arithmetic overflow is a crash rather than a wrapped value.
+const FUZZ_RUSTFLAGS: &[&str] = &[
+    "-Cpasses=sancov-module",
+    "-Cllvm-args=-sanitizer-coverage-level=4",
+    "-Cllvm-args=-sanitizer-coverage-inline-8bit-counters",
+    "-Cllvm-args=-sanitizer-coverage-pc-table",
+    "-Cllvm-args=-sanitizer-coverage-trace-compares",
+    "--cfg",
+    "fuzzing",
+    "-Cdebug-assertions",
+    "-Coverflow-checks",
+];
+
+/// The longest input the fuzzer makes (the decoders' allocation cap in
+/// `fuzz::MAX_ALLOCATION` is set far above it).
+const FUZZ_MAX_LEN: usize = 64 * 1024;
+
+/// Builds the fuzz targets and runs each for `--seconds` (see `USAGE`).
+///
+/// The targets are the folders of `fuzz/corpus/` (the corpus replay test
+/// checks that they are the crate's targets). Each run reads the committed
+/// seeds and writes what it finds to `target/fuzz/corpus/<target>/` (kept
+/// between runs, never committed); a crash is written under
+/// `target/fuzz/artifacts/<target>/` and fails the command.
+fn fuzz(args: &[String]) -> Result<(), String> {
+    let mut seconds = 60u64;
+    let mut chosen = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| {
+            args.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match arg.as_str() {
+            "--seconds" => {
+                let v = value("--seconds")?;
+                seconds = v
+                    .parse()
+                    .map_err(|_| format!("--seconds {v}: not a whole number"))?;
+            }
+            "--target" => chosen.push(value("--target")?),
+            other => return Err(format!("fuzz: unknown argument `{other}`\n\n{USAGE}")),
+        }
+    }
+    let seeds = root().join("fuzz").join("corpus");
+    let mut targets: Vec<String> = std::fs::read_dir(&seeds)
+        .map_err(|e| format!("{}: {e}", seeds.display()))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    targets.sort();
+    if let Some(unknown) = chosen.iter().find(|t| !targets.contains(t)) {
+        return Err(format!(
+            "no fuzz target `{unknown}`; the targets: {}",
+            targets.join(", ")
+        ));
+    }
+    if !chosen.is_empty() {
+        targets.retain(|t| chosen.contains(t));
+    }
+
+    // Build for the host triple named explicitly, so that the flags reach
+    // the targets but not build scripts and proc macros.
+    let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let version = Command::new(rustc)
+        .arg("-vV")
+        .output()
+        .map_err(|e| format!("could not run rustc -vV: {e}"))?;
+    let host = String::from_utf8_lossy(&version.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        .ok_or("rustc -vV printed no host triple")?;
+    let dir = root().join("target").join("fuzz");
+    let mut rustflags = env::var("RUSTFLAGS").unwrap_or_default();
+    for flag in FUZZ_RUSTFLAGS {
+        if !rustflags.is_empty() {
+            rustflags.push(' ');
+        }
+        rustflags.push_str(flag);
+    }
+    let mut build = cargo();
+    build
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "fuzz",
+            "--features",
+            "libfuzzer",
+            "--bins",
+        ])
+        .args(["--target", &host])
+        .arg("--target-dir")
+        .arg(&dir)
+        .env("RUSTFLAGS", rustflags);
+    step("build the fuzz targets (libFuzzer)", build).map_err(|e| {
+        format!(
+            "{e}\nthe fuzz targets need only the stable toolchain and a C++ compiler \
+             for libFuzzer (libfuzzer-sys builds it with the cc crate): \
+             `apt-get install g++` (or clang) if none is found"
+        )
+    })?;
+
+    let mut crashed = Vec::new();
+    let mut summary = Vec::new();
+    for target in &targets {
+        let work = dir.join("corpus").join(target);
+        let artifacts = dir.join("artifacts").join(target);
+        let logs = dir.join("logs");
+        for d in [&work, &artifacts, &logs] {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        let log_path = logs.join(format!("{target}.log"));
+        let log =
+            std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+        let mut artifact_prefix = artifacts.into_os_string();
+        artifact_prefix.push("/");
+        let mut run = Command::new(dir.join(&host).join("release").join(target));
+        run.arg(&work)
+            .arg(seeds.join(target))
+            .arg(format!("-max_total_time={seconds}"))
+            .arg(format!("-max_len={FUZZ_MAX_LEN}"))
+            .arg("-timeout=10")
+            .arg("-rss_limit_mb=2048")
+            .arg("-print_final_stats=1")
+            .arg({
+                let mut a = std::ffi::OsString::from("-artifact_prefix=");
+                a.push(&artifact_prefix);
+                a
+            })
+            .current_dir(root())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log);
+        println!(
+            "xtask: == fuzz {target} for {seconds}s (log: {})",
+            log_path.display()
+        );
+        let start = Instant::now();
+        let status = run
+            .status()
+            .map_err(|e| format!("could not start the fuzz target {target}: {e}"))?;
+        let elapsed = start.elapsed().as_secs_f64();
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let stat = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("stat::{name}:")))
+                .map(|v| v.trim().to_owned())
+                .unwrap_or_else(|| "?".into())
+        };
+        let line =
+            format!(
+            "{target}: {} executions in {elapsed:.0}s ({}/s), {} new inputs, peak RSS {} MB: {}",
+            stat("number_of_executed_units"),
+            stat("average_exec_per_sec"),
+            stat("new_units_added"),
+            stat("peak_rss_mb"),
+            if status.success() { "no crash" } else { "FAILED" },
+        );
+        println!("xtask: == {line}");
+        summary.push(line);
+        if !status.success() {
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            for l in tail.iter().rev() {
+                eprintln!("  {l}");
+            }
+            let input = text
+                .lines()
+                .find_map(|l| l.split_once("Test unit written to ").map(|(_, p)| p.trim()))
+                .unwrap_or("(no input written; see the log)")
+                .to_owned();
+            eprintln!("xtask: fuzz target {target} failed ({status}); the input: {input}");
+            crashed.push(format!("{target}: {input}"));
+        }
+    }
+    println!("xtask: fuzzing summary ({host}, {seconds}s per target):");
+    for line in &summary {
+        println!("  {line}");
+    }
+    if crashed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "fuzz targets failed; replay an input with target/fuzz/{host}/release/<target> <input>:\n  {}",
+            crashed.join("\n  ")
+        ))
+    }
 }
