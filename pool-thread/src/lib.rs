@@ -6,9 +6,12 @@
 //! inputs into its slot and queues the env; a worker pulls a chunk of queued
 //! envs (about a `1 / (2 * workers)` share, so a batch is split in a few
 //! pulls), runs `reset_into` / `step_into` on each, catches any panic, and
-//! publishes the result in the slot; the owner waits for results (spinning
-//! briefly, then sleeping, always with an optional deadline) and takes them.
-//! Nothing is allocated per step for fixed-shape envs.
+//! publishes the chunk's results in their slots (with
+//! [`ThreadOptions::batch_rows`], also copied column by column into each
+//! env's row of a batch of all envs, EnvPool's state buffer, so that a
+//! receive of many results copies nothing more); the owner waits for results
+//! (spinning briefly, then sleeping, always with an optional deadline) and
+//! takes them. Nothing is allocated per step for fixed-shape envs.
 //!
 //! This crate sits above `envs` and knows nothing of processes or shared
 //! memory. The pool's semantics (busy envs, targets, `min_get`, ordering,

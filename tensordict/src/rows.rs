@@ -38,7 +38,7 @@ impl TensorDict {
     /// tensor here is shared (copy on write).
     pub fn write_row(&mut self, row: usize, src: &TensorDict) -> Result<(), TensorDictError> {
         self.check_row(row, src.batch_size())?;
-        write_columns(self, &[src], row, &NestedKey::default())
+        write_columns(self, &[src], RowsAt::From(row), &NestedKey::default())
     }
 
     /// Writes `rows[j]` into row `j` of this batch, for every `j`: as
@@ -63,7 +63,52 @@ impl TensorDict {
                 });
             }
         }
-        write_columns(self, rows, 0, &NestedKey::default())
+        write_columns(self, rows, RowsAt::From(0), &NestedKey::default())
+    }
+
+    /// Writes `rows[j]` into row `at[j]` of this batch, for every `j`,
+    /// column by column (each tensor of the batch is made writable once):
+    /// as [`TensorDict::write_rows`] for rows that are not consecutive. Every
+    /// row has exactly the batch's keys, dtypes and row shapes and every
+    /// `at[j]` is a row of the batch (an error naming the first key and row
+    /// that differ; the batch may then be partly written).
+    pub fn write_rows_at(
+        &mut self,
+        at: &[usize],
+        rows: &[&TensorDict],
+    ) -> Result<(), TensorDictError> {
+        if at.len() != rows.len() {
+            return Err(TensorDictError::StackBatchSize {
+                index: 0,
+                expected: vec![at.len()],
+                found: vec![rows.len()],
+            });
+        }
+        let (&len, rest) = self
+            .batch_size()
+            .split_first()
+            .ok_or(TensorDictError::ZeroDim { what: "row copy" })?;
+        for (&row, src) in at.iter().zip(rows) {
+            if row >= len || !same_shape(rest, src.batch_size()) {
+                self.check_row(row, src.batch_size())?;
+            }
+        }
+        write_columns(self, rows, RowsAt::At(at), &NestedKey::default())
+    }
+
+    /// Rows `rows` of this batch (in that order, repeats allowed) as a new
+    /// batch of batch size `[rows.len(), ..]`: each tensor copied into a new
+    /// storage row by row, each non-tensor stack picked. An error if a row
+    /// is out of range or a non-tensor entry is not a stack.
+    pub fn gather_rows(&self, rows: &[usize]) -> Result<TensorDict, TensorDictError> {
+        let len = *self
+            .batch_size()
+            .first()
+            .ok_or(TensorDictError::ZeroDim { what: "row gather" })?;
+        if let Some(&index) = rows.iter().find(|&&r| r >= len) {
+            return Err(TensorDictError::IndexOutOfRange { index, len });
+        }
+        gather_at(self, rows, &NestedKey::default())
     }
 
     /// Copies row `src_row` of the batch `src` into row `row` of this batch
@@ -239,77 +284,120 @@ fn copy_row_at(
     Ok(())
 }
 
-/// Writes `rows[j]` into row `first + j` of `batch`, one entry (column) at
-/// a time; errors name the batch row.
+/// Where each written row goes: row `first + j`, or row `at[j]`.
+#[derive(Clone, Copy)]
+enum RowsAt<'a> {
+    From(usize),
+    At(&'a [usize]),
+}
+
+impl RowsAt<'_> {
+    fn get(self, j: usize) -> usize {
+        match self {
+            RowsAt::From(first) => first + j,
+            RowsAt::At(at) => at[j],
+        }
+    }
+}
+
+/// Whether two shapes are equal, without a `memcmp` call (shapes are short).
+#[inline]
+fn same_shape(a: &[usize], b: &[usize]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// The error for row `j`'s entry at `position` when its key is not the
+/// batch's, if it is not.
+fn check_name(
+    row: &TensorDict,
+    position: usize,
+    name: &str,
+    at: usize,
+    prefix: &NestedKey,
+) -> Result<(), TensorDictError> {
+    let (row_name, _) = row.entries().at_named(position);
+    if crate::entries::same_name(row_name, name) {
+        Ok(())
+    } else {
+        Err(row_mismatch(
+            prefix.child(row_name),
+            at,
+            "has this key but the batch does not".into(),
+        ))
+    }
+}
+
+/// Writes `rows[j]` into row `at.get(j)` of `batch`, one entry (column) at
+/// a time: each column is checked for every row, then written (so each
+/// tensor of the batch is made writable once per call); errors name the
+/// batch row.
 fn write_columns(
     batch: &mut TensorDict,
     rows: &[&TensorDict],
-    first: usize,
+    at: RowsAt<'_>,
     prefix: &NestedKey,
 ) -> Result<(), TensorDictError> {
     for (j, row) in rows.iter().enumerate() {
         if row.len() != batch.len() {
-            return Err(key_set_mismatch(batch, row, first + j, prefix));
+            return Err(key_set_mismatch(batch, row, at.get(j), prefix));
         }
     }
     for position in 0..batch.len() {
         let (name, target) = batch.entries_mut().at_named_mut(position);
-        // The same entry of every row, checked against the batch's.
-        let mut column: Vec<&Entry> = Vec::with_capacity(rows.len());
+        let column = |j: usize| rows[j].entries().at_named(position).1;
         for (j, row) in rows.iter().enumerate() {
-            let (row_name, entry) = row.entries().at_named(position);
-            if !crate::entries::same_name(row_name, name) {
-                return Err(row_mismatch(
-                    prefix.child(row_name),
-                    first + j,
-                    "has this key but the batch does not".into(),
-                ));
-            }
-            column.push(entry);
+            check_name(row, position, name, at.get(j), prefix)?;
         }
         match target {
             Entry::Tensor(dst) => {
                 let n = dst.nbytes() / dst.shape()[0].max(1);
-                let (dtype, row_shape) = (dst.dtype(), dst.shape()[1..].to_vec());
-                for (j, entry) in column.iter().enumerate() {
-                    match entry {
-                        Entry::Tensor(t) if t.dtype() == dtype && t.shape() == row_shape.as_slice() => {}
+                let dtype = dst.dtype();
+                let row_shape: Shape = Shape::from_slice(&dst.shape()[1..]);
+                // One pass: each row checked, then written (an error leaves
+                // the rows before it written).
+                let bytes = dst.bytes_mut();
+                for j in 0..rows.len() {
+                    match column(j) {
+                        Entry::Tensor(t) if t.dtype() == dtype && same_shape(t.shape(), &row_shape) => {
+                            let row = at.get(j);
+                            bytes[row * n..(row + 1) * n].copy_from_slice(t.as_bytes());
+                        }
                         Entry::Tensor(t) => {
                             return Err(row_mismatch(
                                 prefix.child(name),
-                                first + j,
+                                at.get(j),
                                 format!(
                                     "has shape {:?} and dtype {} but the batch rows have shape {row_shape:?} and dtype {dtype}",
                                     t.shape(),
-                                    t.dtype()
+                                    t.dtype(),
                                 ),
                             ))
                         }
                         other => {
                             return Err(row_mismatch(
                                 prefix.child(name),
-                                first + j,
+                                at.get(j),
                                 format!("is a {} but the batch holds a tensor", other.kind()),
                             ))
                         }
                     }
                 }
-                let bytes = dst.bytes_mut();
-                for (j, entry) in column.iter().enumerate() {
-                    if let Entry::Tensor(t) = entry {
-                        let at = first + j;
-                        bytes[at * n..(at + 1) * n].copy_from_slice(t.as_bytes());
-                    }
-                }
             }
-            Entry::NonTensor(NonTensor::Stack(items)) if first + rows.len() <= items.len() => {
-                for (j, entry) in column.iter().enumerate() {
-                    match entry {
-                        Entry::NonTensor(v) => items[first + j] = v.clone(),
+            Entry::NonTensor(NonTensor::Stack(items)) => {
+                for j in 0..rows.len() {
+                    let row = at.get(j);
+                    match column(j) {
+                        Entry::NonTensor(v) if row < items.len() => items[row] = v.clone(),
+                        Entry::NonTensor(_) => {
+                            return Err(TensorDictError::IndexOutOfRange {
+                                index: row,
+                                len: items.len(),
+                            })
+                        }
                         other => {
                             return Err(row_mismatch(
                                 prefix.child(name),
-                                first + j,
+                                row,
                                 format!("is a {} but the batch holds a non-tensor", other.kind()),
                             ))
                         }
@@ -318,31 +406,76 @@ fn write_columns(
             }
             Entry::Dict(dst) => {
                 let mut subs = Vec::with_capacity(rows.len());
-                for (j, entry) in column.iter().enumerate() {
-                    match entry {
+                for j in 0..rows.len() {
+                    match column(j) {
                         Entry::Dict(d) => subs.push(d),
                         other => {
                             return Err(row_mismatch(
                                 prefix.child(name),
-                                first + j,
+                                at.get(j),
                                 format!("is a {} but the batch holds a tensordict", other.kind()),
                             ))
                         }
                     }
                 }
                 let key = prefix.child(name);
-                write_columns(dst, &subs, first, &key)?;
+                write_columns(dst, &subs, at, &key)?;
             }
             other => {
                 return Err(row_mismatch(
                     prefix.child(name),
-                    first,
+                    at.get(0),
                     format!("cannot be written: the batch holds a {}", other.kind()),
                 ))
             }
         }
     }
     Ok(())
+}
+
+/// Rows `rows` of `batch`, in that order, as a new batch.
+fn gather_at(
+    batch: &TensorDict,
+    rows: &[usize],
+    prefix: &NestedKey,
+) -> Result<TensorDict, TensorDictError> {
+    let mut size: Shape = Shape::with_capacity(batch.batch_size().len());
+    size.push(rows.len());
+    size.extend_from_slice(&batch.batch_size()[1..]);
+    let mut out = TensorDict::new(&size);
+    for (name, entry) in batch.entries().iter() {
+        let gathered = match entry {
+            Entry::Tensor(t) => {
+                let mut shape: Shape = Shape::from_slice(t.shape());
+                shape[0] = rows.len();
+                let mut g = Tensor::try_zeros(t.dtype(), &shape)?;
+                let n = t.nbytes() / t.shape()[0].max(1);
+                if n > 0 {
+                    let src = t.as_bytes();
+                    for (chunk, &row) in g.bytes_mut().chunks_exact_mut(n).zip(rows) {
+                        chunk.copy_from_slice(&src[row * n..(row + 1) * n]);
+                    }
+                }
+                Entry::Tensor(g)
+            }
+            Entry::NonTensor(NonTensor::Stack(items)) => Entry::NonTensor(NonTensor::Stack(
+                rows.iter().map(|&r| items[r].clone()).collect(),
+            )),
+            Entry::NonTensor(v) => {
+                return Err(row_mismatch(
+                    prefix.child(name),
+                    0,
+                    format!(
+                        "is a single {} where a stack of rows was expected",
+                        v.kind()
+                    ),
+                ))
+            }
+            Entry::Dict(d) => Entry::Dict(gather_at(d, rows, &prefix.child(name))?),
+        };
+        out.insert_raw(name.clone(), gathered);
+    }
+    Ok(out)
 }
 
 /// Fills every entry of `dst` from `batch` (its row `row`, or all of it).
@@ -507,6 +640,35 @@ mod tests {
         let mut extra = step(0.0, 0);
         extra.set("zzz", Tensor::scalar(1u8)).unwrap();
         assert!(batch.write_rows(&[&rows[0], &rows[1], &extra]).is_err());
+    }
+
+    #[test]
+    fn write_rows_at_scatters_and_gather_rows_picks() {
+        let rows = [step(0.0, 0), step(1.0, 1), step(2.0, 2)];
+        let mut batch = TensorDict::zeros_stacked(&rows[0], 4).unwrap();
+        batch
+            .write_rows_at(&[3, 0, 2], &[&rows[0], &rows[1], &rows[2]])
+            .unwrap();
+        assert_eq!(batch.index(3).unwrap(), rows[0]);
+        assert_eq!(batch.index(0).unwrap(), rows[1]);
+        assert_eq!(batch.index(2).unwrap(), rows[2]);
+        let picked = batch.gather_rows(&[0, 2, 3]).unwrap();
+        assert_eq!(
+            picked,
+            TensorDict::stack(&[rows[1].clone(), rows[2].clone(), rows[0].clone()]).unwrap()
+        );
+        assert!(batch.gather_rows(&[4]).is_err());
+        assert!(batch.write_rows_at(&[4], &[&rows[0]]).is_err());
+        assert!(batch.write_rows_at(&[0, 1], &[&rows[0]]).is_err());
+        let mut bad = step(3.0, 3);
+        bad.set("observation", Tensor::zeros(DType::F32, &[4]))
+            .unwrap();
+        let err = batch.write_rows_at(&[1], &[&bad]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(r#"at key "observation", tensordict 1"#),
+            "{err}"
+        );
     }
 
     #[test]
