@@ -12,7 +12,7 @@ use std::time::Instant;
 use envs::{Env, EnvError, EnvSpecs};
 use tensordict::{Entry, TensorDict};
 
-use crate::queue::WorkQueue;
+use crate::queue::{Job, WorkQueue, MAX_CHUNK};
 use crate::signal::Signal;
 use crate::ThreadError;
 
@@ -145,12 +145,12 @@ impl BatchRows {
 
     /// Copies the results of a chunk's envs that ran without error into
     /// their rows and records which rows hold them.
-    fn store(&mut self, chunk: &[usize], cells: &[MutexGuard<'_, Cell>]) {
+    fn store(&mut self, chunk: &[Job], cells: &[MutexGuard<'_, Cell>]) {
         let mut next_at = Vec::with_capacity(chunk.len());
         let mut next_rows = Vec::with_capacity(chunk.len());
         let mut root_at = Vec::with_capacity(chunk.len());
         let mut root_rows = Vec::with_capacity(chunk.len());
-        for (&env, cell) in chunk.iter().zip(cells) {
+        for (&Job { env, .. }, cell) in chunk.iter().zip(cells) {
             self.rows[env] = 0;
             if cell.error.is_some() {
                 continue;
@@ -208,6 +208,43 @@ fn store_rows(
     }
 }
 
+/// What a send checks an env's input against: its input buffer's kind
+/// (envs whose buffers are alike share one) and whether a reset takes one.
+struct Inputs {
+    /// Per env: the index of its kind in `templates`.
+    kind: Vec<usize>,
+    /// One zeroed input buffer per kind.
+    templates: Vec<TensorDict>,
+    /// Per env: whether a reset is given the sent state entries (the env
+    /// has state entries).
+    reset_takes_input: Vec<bool>,
+}
+
+impl Inputs {
+    fn new(cells: &[Mutex<Cell>], specs: &[EnvSpecs]) -> Inputs {
+        let mut inputs = Inputs {
+            kind: Vec::with_capacity(cells.len()),
+            templates: Vec::new(),
+            reset_takes_input: Vec::with_capacity(cells.len()),
+        };
+        for (cell, specs) in cells.iter().zip(specs) {
+            let input = &lock(cell).input;
+            let kind = match inputs.templates.iter().position(|t| t == input) {
+                Some(kind) => kind,
+                None => {
+                    inputs.templates.push(input.clone());
+                    inputs.templates.len() - 1
+                }
+            };
+            inputs.kind.push(kind);
+            inputs
+                .reset_takes_input
+                .push(!input.is_empty() && !specs.full_state_spec().is_empty());
+        }
+        inputs
+    }
+}
+
 struct Shared {
     /// Per env: its env, buffers and result.
     cells: Vec<Mutex<Cell>>,
@@ -258,6 +295,7 @@ pub struct ThreadBackend {
     shared: Arc<Shared>,
     specs: Vec<EnvSpecs>,
     names: Vec<String>,
+    inputs: Inputs,
     handles: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -336,6 +374,7 @@ impl ThreadBackend {
             };
             cells.push(Mutex::new(cell));
         }
+        let inputs = Inputs::new(&cells, &specs);
         let batch = if options.batch_rows {
             BatchRows::new(&cells).map(Mutex::new)
         } else {
@@ -384,6 +423,7 @@ impl ThreadBackend {
             shared,
             specs,
             names,
+            inputs,
             handles: Mutex::new(handles),
         })
     }
@@ -415,12 +455,14 @@ impl ThreadBackend {
         (cell.next.clone(), cell.root.clone())
     }
 
-    /// Sends `op` to each `(env, row)` of `jobs`: copies the env's inputs
-    /// (action and state entries) from row `row` of `src` (or from `src`
-    /// itself when `row` is `None`) into its slot, then queues the envs.
-    /// A reset needs no input (`src` may be `None`); a step does.
+    /// Sends `op` to each `(env, row)` of `jobs`: queues the envs, each
+    /// with its inputs (action and state entries): row `row` of `src` (or
+    /// `src` itself when `row` is `None`), which the worker that runs the env
+    /// copies into its input buffer (the send shares `src`, a clone, and
+    /// copies nothing). A reset needs no input (`src` may be `None`); a step
+    /// does.
     ///
-    /// Every input is copied before anything is queued, so an invalid input
+    /// Every input is checked before anything is queued, so an invalid input
     /// queues nothing. A send to an env whose result was not taken, to one
     /// env twice, or to an env past the last is an error naming it (and
     /// queues nothing). Sends to one env from several threads at once are
@@ -446,41 +488,68 @@ impl ThreadBackend {
                 return Err(ThreadError::Busy { env });
             }
         }
+        // The input is checked here, once per kind of env input buffer
+        // (the rows of one send all have one layout), and copied by the
+        // worker that runs the env.
+        let shared_src = src.map(|src| Arc::new(src.clone()));
+        let mut checked: Vec<(usize, bool)> = Vec::new();
+        let mut queued = Vec::with_capacity(jobs.len());
         for &(env, row) in jobs {
-            let mut cell = lock(&self.shared.cells[env]);
-            let cell = &mut *cell;
-            cell.op = op;
-            cell.error = None;
-            cell.reset_with_input = false;
-            let copied = match (op, src) {
-                (Op::Reset, None) => Ok(()),
-                (Op::Reset, Some(src)) => {
-                    // Only state entries travel into a reset, when the env has any.
-                    if cell.input.is_empty() || self.specs[env].full_state_spec().is_empty() {
-                        Ok(())
-                    } else {
-                        cell.reset_with_input = true;
-                        copy_input(src, row, &mut cell.input)
-                    }
+            let input = match (op, &shared_src) {
+                (Op::Reset, None) => None,
+                // Only state entries travel into a reset, when the env has any.
+                (Op::Reset, Some(_)) if !self.inputs.reset_takes_input[env] => None,
+                (_, Some(src)) => {
+                    self.check_input(env, src, row, &mut checked)?;
+                    Some((Arc::clone(src), row))
                 }
-                (_, Some(src)) => copy_input(src, row, &mut cell.input),
-                (_, None) => Err(tensordict::TensorDictError::KeyNotFound {
-                    key: "action".into(),
-                    available: Vec::new(),
-                }),
+                (_, None) => {
+                    return Err(ThreadError::Input {
+                        env,
+                        name: self.names[env].clone(),
+                        source: Box::new(tensordict::TensorDictError::KeyNotFound {
+                            key: "action".into(),
+                            available: Vec::new(),
+                        }),
+                    })
+                }
             };
-            copied.map_err(|source| ThreadError::Input {
-                env,
-                name: cell.name.clone(),
-                source: Box::new(source),
-            })?;
+            queued.push(Job { env, op, input });
         }
         for &(env, _) in jobs {
-            // Release: the input written above is visible to the worker that
-            // sees QUEUED (it also takes the cell's lock).
+            // Release: pairs with the worker's Acquire of the queue's lock
+            // (the job carries the input); nothing else of the env's is
+            // written by a send.
             self.shared.phases[env].store(QUEUED, Ordering::Release);
         }
-        self.shared.queue.push_all(jobs.iter().map(|&(env, _)| env));
+        self.shared.queue.push_all(queued);
+        Ok(())
+    }
+
+    /// Checks that env `env`'s input buffer can be filled from `src` (row
+    /// `row`, or all of it), as the worker will: once per kind of input
+    /// buffer and per way of reading (`checked` holds those seen by this
+    /// send), and each row's index.
+    fn check_input(
+        &self,
+        env: usize,
+        src: &TensorDict,
+        row: Option<usize>,
+        checked: &mut Vec<(usize, bool)>,
+    ) -> Result<(), ThreadError> {
+        let kind = self.inputs.kind[env];
+        let in_range = row.is_none_or(|row| src.batch_size().first().is_some_and(|&n| row < n));
+        if in_range && checked.contains(&(kind, row.is_some())) {
+            return Ok(());
+        }
+        // A copy into a scratch buffer: the errors of the worker's copy.
+        let mut scratch = self.inputs.templates[kind].clone();
+        copy_input(src, row, &mut scratch).map_err(|source| ThreadError::Input {
+            env,
+            name: self.names[env].clone(),
+            source: Box::new(source),
+        })?;
+        checked.push((kind, row.is_some()));
         Ok(())
     }
 
@@ -488,7 +557,7 @@ impl ThreadBackend {
     /// a receiver that would otherwise wait helps the workers (and pays no
     /// wake-up latency). Returns whether it ran anything.
     pub fn help(&self) -> bool {
-        let mut chunk = Vec::new();
+        let mut chunk: Vec<Job> = Vec::new();
         if self.shared.queue.try_pull(self.shared.workers, &mut chunk) {
             run_chunk(&self.shared, &chunk);
             true
@@ -717,17 +786,17 @@ fn worker_loop(shared: &Shared) {
     }
 }
 
-/// Runs each env of a chunk, copies the results into the batch rows (if
-/// any), then publishes them all.
-fn run_chunk(shared: &Shared, chunk: &[usize]) {
-    debug_assert!(chunk.len() <= 64, "a chunk's failures fit a u64");
+/// Runs each env of a chunk (its input copied in first), copies the
+/// results into the batch rows (if any), then publishes them all.
+fn run_chunk(shared: &Shared, chunk: &[Job]) {
+    const _: () = assert!(MAX_CHUNK <= 64, "a chunk's failures fit a u64");
     // The chunk's cells stay locked until its results are in the batch rows
     // (nobody else touches a queued env's cell).
     let mut cells = Vec::with_capacity(chunk.len());
     let mut failed = 0u64;
-    for (j, &env) in chunk.iter().enumerate() {
-        let mut cell = lock(&shared.cells[env]);
-        if run_cell(env, &mut cell) {
+    for (j, job) in chunk.iter().enumerate() {
+        let mut cell = lock(&shared.cells[job.env]);
+        if prepare(job, &mut cell) || run_cell(job.env, &mut cell) {
             failed |= 1 << j;
         }
         cells.push(cell);
@@ -737,7 +806,7 @@ fn run_chunk(shared: &Shared, chunk: &[usize]) {
     }
     drop(cells);
     let generation = shared.done.generation();
-    for (j, &env) in chunk.iter().enumerate() {
+    for (j, &Job { env, .. }) in chunk.iter().enumerate() {
         // Relaxed: read only after the Acquire of DONE below.
         shared.published[env].store(generation, Ordering::Relaxed);
         // Release: the result written under the cell's lock (and into the
@@ -747,6 +816,30 @@ fn run_chunk(shared: &Shared, chunk: &[usize]) {
         shared.phases[env].store(phase, Ordering::Release);
     }
     shared.done.notify_n(chunk.len() as u64);
+}
+
+/// Sets the cell up for `job`: its operation, and its input copied from the
+/// sent tensordict. An input that cannot be copied (the send checked it, so
+/// only if the env changed its input buffer's keys) is the env's error.
+/// Returns whether it failed.
+fn prepare(job: &Job, cell: &mut Cell) -> bool {
+    cell.op = job.op;
+    cell.reset_with_input = false;
+    let Some((src, row)) = &job.input else {
+        return false;
+    };
+    cell.reset_with_input = job.op == Op::Reset;
+    match copy_input(src, *row, &mut cell.input) {
+        Ok(()) => false,
+        Err(source) => {
+            cell.error = Some(ThreadError::Input {
+                env: job.env,
+                name: cell.name.clone(),
+                source: Box::new(source),
+            });
+            true
+        }
+    }
 }
 
 /// Runs one env's operation, catching a panic; records its error in the

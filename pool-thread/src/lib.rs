@@ -2,10 +2,11 @@
 //! threads that pull env tasks from a queue.
 //!
 //! Each env lives in a slot with buffers built once from its specs (its
-//! inputs, its `"next"` outputs, its reset root). A send copies an env's
-//! inputs into its slot and queues the env; a worker pulls a chunk of queued
-//! envs (about a `1 / (2 * workers)` share, so a batch is split in a few
-//! pulls), runs `reset_into` / `step_into` on each, catches any panic, and
+//! inputs, its `"next"` outputs, its reset root). A send checks the inputs
+//! and queues the envs with them; a worker pulls a chunk of queued envs
+//! (about a `1 / (2 * workers)` share, so a batch is split in a few pulls),
+//! copies each env's inputs into its slot, runs `reset_into` / `step_into`
+//! on each, catches any panic, and
 //! publishes the chunk's results in their slots (with
 //! [`ThreadOptions::batch_rows`], also copied column by column into each
 //! env's row of a batch of all envs, EnvPool's state buffer, so that a
