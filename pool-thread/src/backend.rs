@@ -110,6 +110,11 @@ struct BatchRows {
     /// Per env: which of its rows (`NEXT_ROW`, `ROOT_ROW`) hold its current
     /// result (none after a failure, or if its result did not fit).
     rows: Vec<u8>,
+    /// The batches last gathered from `next` and `root` for a receive of
+    /// some envs: the next gather of as many rows writes into them (in place
+    /// once the caller has dropped them, so a steady collector allocates
+    /// nothing; copied on write if it still holds them).
+    gathered: [Option<TensorDict>; 2],
 }
 
 impl BatchRows {
@@ -140,6 +145,7 @@ impl BatchRows {
             next,
             root,
             rows: vec![0; cells.len()],
+            gathered: [None, None],
         })
     }
 
@@ -328,9 +334,11 @@ fn input_template(env: &dyn Env) -> TensorDict {
     td
 }
 
-/// The root of the next step: `next` without its reward entries.
-fn next_root_template(env: &dyn Env) -> TensorDict {
-    env.step_template().exclude(env.specs().reward_keys())
+/// The root of the next step: `next` (the env's step template) without its
+/// reward entries; its keys are `next`'s (shared), so that copying `next`
+/// into it compares keys by address.
+fn next_root_template(env: &dyn Env, next: &TensorDict) -> TensorDict {
+    next.exclude(env.specs().reward_keys())
 }
 
 impl ThreadBackend {
@@ -361,13 +369,14 @@ impl ThreadBackend {
             };
             specs.push(env.specs().clone());
             names.push(env.name().to_owned());
+            let next = env.step_template();
             let cell = Cell {
                 name: env.name().to_owned(),
                 op: Op::Reset,
                 input: input_template(&*env),
                 reset_with_input: false,
-                next: env.step_template(),
-                root: next_root_template(&*env),
+                root: next_root_template(&*env, &next),
+                next,
                 error: None,
                 during: "reset",
                 env,
@@ -389,12 +398,13 @@ impl ThreadBackend {
         } else {
             crate::signal::SPIN
         };
+        let cells_len = cells.len();
         let shared = Arc::new(Shared {
             phases: cells.iter().map(|_| AtomicU8::new(IDLE)).collect(),
             published: cells.iter().map(|_| AtomicU64::new(0)).collect(),
             cells,
             batch,
-            queue: WorkQueue::default(),
+            queue: WorkQueue::new(workers, cells_len),
             done: Signal::default(),
             workers,
             receiver_spin,
@@ -404,7 +414,7 @@ impl ThreadBackend {
             let for_worker = Arc::clone(&shared);
             let spawned = std::thread::Builder::new()
                 .name(format!("rlpool-worker-{worker}"))
-                .spawn(move || worker_loop(&for_worker));
+                .spawn(move || worker_loop(&for_worker, worker));
             match spawned {
                 Ok(handle) => handles.push(handle),
                 Err(err) => {
@@ -558,7 +568,7 @@ impl ThreadBackend {
     /// wake-up latency). Returns whether it ran anything.
     pub fn help(&self) -> bool {
         let mut chunk: Vec<Job> = Vec::new();
-        if self.shared.queue.try_pull(self.shared.workers, &mut chunk) {
+        if self.shared.queue.try_pull(None, &mut chunk) {
             run_chunk(&self.shared, &chunk);
             true
         } else {
@@ -693,7 +703,8 @@ impl ThreadBackend {
         op: Op,
         envs: &[usize],
     ) -> Option<(Option<TensorDict>, Option<TensorDict>)> {
-        let batch = lock(self.shared.batch.as_ref()?);
+        let mut batch = lock(self.shared.batch.as_ref()?);
+        let batch = &mut *batch;
         let want = match op {
             Op::Reset => ROOT_ROW,
             Op::Step => NEXT_ROW,
@@ -703,20 +714,33 @@ impl ThreadBackend {
             return None;
         }
         let all = envs.len() == self.num_envs() && envs.iter().enumerate().all(|(i, &e)| i == e);
-        let pick = |td: &TensorDict| -> Option<TensorDict> {
+        let pick = |td: &TensorDict, cache: &mut Option<TensorDict>| -> Option<TensorDict> {
             if all {
-                Some(td.clone())
-            } else {
-                td.gather_rows(envs).ok()
+                return Some(td.clone());
+            }
+            match cache {
+                Some(out) if out.batch_size().first() == Some(&envs.len()) => {
+                    if td.gather_rows_into(envs, out).is_err() {
+                        *cache = None;
+                        return None;
+                    }
+                    Some(out.clone())
+                }
+                _ => {
+                    let out = td.gather_rows(envs).ok()?;
+                    *cache = Some(out.clone());
+                    Some(out)
+                }
             }
         };
+        let [next_cache, root_cache] = &mut batch.gathered;
         let next = if want & NEXT_ROW != 0 {
-            Some(pick(&batch.next)?)
+            Some(pick(&batch.next, next_cache)?)
         } else {
             None
         };
         let root = if want & ROOT_ROW != 0 {
-            Some(pick(&batch.root)?)
+            Some(pick(&batch.root, root_cache)?)
         } else {
             None
         };
@@ -779,9 +803,9 @@ fn copy_input(
     }
 }
 
-fn worker_loop(shared: &Shared) {
+fn worker_loop(shared: &Shared, worker: usize) {
     let mut chunk = Vec::new();
-    while shared.queue.pull(shared.workers, &mut chunk) {
+    while shared.queue.pull(worker, &mut chunk) {
         run_chunk(shared, &chunk);
     }
 }
@@ -1012,8 +1036,17 @@ mod tests {
         (0..3).for_each(|env| backend.release(env));
         step_all(&backend, Op::StepAndMaybeReset);
         let (next, root) = backend.gather(Op::StepAndMaybeReset, &[0, 2]).unwrap();
-        assert_eq!(observations(&next.unwrap()), vec![1, 21]);
+        let held_rows = next.unwrap();
+        assert_eq!(observations(&held_rows), vec![1, 21]);
         assert_eq!(observations(&root.unwrap()), vec![1, 21]);
+        // Gathered again into the same buffers: a held gather stays too.
+        (0..3).for_each(|env| backend.release(env));
+        step_all(&backend, Op::StepAndMaybeReset);
+        let (next, _) = backend.gather(Op::StepAndMaybeReset, &[1, 2]).unwrap();
+        assert_eq!(observations(&next.unwrap()), vec![12, 22]);
+        assert_eq!(observations(&held_rows), vec![1, 21]);
+        let (next, _) = backend.gather(Op::StepAndMaybeReset, &[0, 1]).unwrap();
+        assert_eq!(observations(&next.unwrap()), vec![2, 12]);
         // The batch handed out before was copied, not overwritten.
         assert_eq!(observations(&held), vec![0, 10, 20]);
         // Without batch rows there is nothing to gather.

@@ -1,8 +1,14 @@
 //! `WorkQueue`: the env tasks that worker threads pull, a chunk at a time.
+//!
+//! Each worker has a queue of its own for a block of envs (its home envs),
+//! so that an env is stepped by the same thread step after step and its
+//! buffers stay in that core's cache; a worker whose queue is empty takes
+//! work from the others' (from the back), so that no worker idles while
+//! another has a backlog.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tensordict::TensorDict;
 
@@ -22,10 +28,12 @@ pub(crate) struct Job {
     pub(crate) input: Option<(Arc<TensorDict>, Option<usize>)>,
 }
 
-/// Env tasks waiting for a worker, and the signal workers sleep on.
-#[derive(Debug, Default)]
+/// Env tasks waiting for a worker, one queue per worker, and the signal
+/// workers sleep on.
+#[derive(Debug)]
 pub(crate) struct WorkQueue {
-    jobs: Mutex<VecDeque<Job>>,
+    queues: Vec<Mutex<VecDeque<Job>>>,
+    envs: usize,
     pushed: Signal,
     stop: AtomicBool,
 }
@@ -33,45 +41,90 @@ pub(crate) struct WorkQueue {
 /// The most envs one worker takes at a time.
 pub(crate) const MAX_CHUNK: usize = 64;
 
+fn lock(queue: &Mutex<VecDeque<Job>>) -> MutexGuard<'_, VecDeque<Job>> {
+    queue.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl WorkQueue {
-    /// Queues jobs and wakes the workers.
+    /// Queues for `workers` workers (at least one) sharing `envs` envs.
+    pub(crate) fn new(workers: usize, envs: usize) -> WorkQueue {
+        WorkQueue {
+            queues: (0..workers.max(1)).map(|_| Mutex::default()).collect(),
+            envs: envs.max(1),
+            pushed: Signal::default(),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// The worker whose queue env `env` goes to: envs in blocks, in order.
+    fn home(&self, env: usize) -> usize {
+        (env * self.queues.len() / self.envs).min(self.queues.len() - 1)
+    }
+
+    /// Queues jobs (each in its env's home queue) and wakes the workers.
     pub(crate) fn push_all(&self, jobs: impl IntoIterator<Item = Job>) {
-        self.jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(jobs);
+        {
+            // Every queue locked once, in order (a worker locks one at a time).
+            let mut queues: Vec<MutexGuard<'_, VecDeque<Job>>> =
+                self.queues.iter().map(lock).collect();
+            for job in jobs {
+                let home = self.home(job.env);
+                queues[home].push_back(job);
+            }
+        }
         self.pushed.notify();
     }
 
     /// Takes a chunk of queued jobs into `out` (cleared first) without
-    /// waiting; returns `false` if the queue is empty or stopped.
-    pub(crate) fn try_pull(&self, workers: usize, out: &mut Vec<Job>) -> bool {
+    /// waiting: from worker `worker`'s own queue first (about half of it, so
+    /// that its results are published in a few steps), else from the back
+    /// of another's (half of what is left there); any queue's for `None` (a
+    /// helping receiver). At least one job and at most 64. Returns `false`
+    /// if every queue is empty or the queue is stopped.
+    pub(crate) fn try_pull(&self, worker: Option<usize>, out: &mut Vec<Job>) -> bool {
         out.clear();
         if self.stop.load(Ordering::Acquire) {
             return false;
         }
-        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        let len = jobs.len();
-        if len == 0 {
-            return false;
+        let n = self.queues.len();
+        let own = worker.map(|w| w % n);
+        if let Some(own) = own {
+            let mut queue = lock(&self.queues[own]);
+            let take = (queue.len() / 2).clamp(1, MAX_CHUNK).min(queue.len());
+            out.extend(queue.drain(..take));
+            if !out.is_empty() {
+                return true;
+            }
         }
-        let take = (len / (2 * workers.max(1))).clamp(1, MAX_CHUNK).min(len);
-        out.extend(jobs.drain(..take));
-        true
+        let first = own.map_or(0, |w| w + 1);
+        for i in 0..n {
+            let victim = (first + i) % n;
+            if Some(victim) == own {
+                continue;
+            }
+            let mut queue = lock(&self.queues[victim]);
+            let len = queue.len();
+            if len == 0 {
+                continue;
+            }
+            let take = (len / 2).clamp(1, MAX_CHUNK).min(len);
+            out.extend(queue.drain(len - take..));
+            return true;
+        }
+        false
     }
 
-    /// Takes a chunk of queued jobs into `out` (cleared first): about
-    /// `1 / (2 * workers)` of the queue, so that each worker gets a share of
-    /// a batch in a few pulls, at least one job and at most 64. Waits while
-    /// the queue is empty; returns `false` once the queue is stopped.
-    pub(crate) fn pull(&self, workers: usize, out: &mut Vec<Job>) -> bool {
+    /// Takes a chunk of queued jobs into `out` (cleared first), as
+    /// [`WorkQueue::try_pull`] for worker `worker`. Waits while every queue
+    /// is empty; returns `false` once the queue is stopped.
+    pub(crate) fn pull(&self, worker: usize, out: &mut Vec<Job>) -> bool {
         out.clear();
         loop {
             let seen = self.pushed.generation();
             if self.stop.load(Ordering::Acquire) {
                 return false;
             }
-            if self.try_pull(workers, out) {
+            if self.try_pull(Some(worker), out) {
                 return true;
             }
             // Sleeps until something is pushed or the queue is stopped; no
@@ -85,5 +138,45 @@ impl WorkQueue {
         // Release: pairs with the Acquire in `pull`.
         self.stop.store(true, Ordering::Release);
         self.pushed.notify();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(env: usize) -> Job {
+        Job {
+            env,
+            op: Op::Reset,
+            input: None,
+        }
+    }
+
+    fn envs(jobs: &[Job]) -> Vec<usize> {
+        jobs.iter().map(|j| j.env).collect()
+    }
+
+    #[test]
+    fn workers_take_their_own_envs_first_then_steal_from_the_back() {
+        let queue = WorkQueue::new(2, 8);
+        queue.push_all((0..8).map(job));
+        let mut out = Vec::new();
+        assert!(queue.try_pull(Some(1), &mut out));
+        assert_eq!(envs(&out), vec![4, 5]);
+        assert!(queue.try_pull(Some(1), &mut out));
+        assert_eq!(envs(&out), vec![6]);
+        assert!(queue.try_pull(Some(1), &mut out));
+        assert_eq!(envs(&out), vec![7]);
+        // Its own queue is empty: half of what worker 0 has left, from the back.
+        assert!(queue.try_pull(Some(1), &mut out));
+        assert_eq!(envs(&out), vec![2, 3]);
+        assert!(queue.try_pull(None, &mut out));
+        assert_eq!(envs(&out), vec![1]);
+        assert!(queue.try_pull(Some(0), &mut out));
+        assert_eq!(envs(&out), vec![0]);
+        assert!(!queue.try_pull(Some(0), &mut out));
+        queue.stop();
+        assert!(!queue.pull(0, &mut out));
     }
 }

@@ -111,6 +111,36 @@ impl TensorDict {
         gather_at(self, rows, &NestedKey::default())
     }
 
+    /// Rows `rows` of this batch written into `out`, a batch of
+    /// `rows.len()` rows with this batch's keys, dtypes and row shapes (as
+    /// [`TensorDict::gather_rows`] made it): the same result, in `out`'s
+    /// storage when nobody else holds it (copy on write otherwise), so a
+    /// caller that keeps `out` allocates nothing. An error if a row is out of
+    /// range or `out` is not shaped so (it may then be partly written).
+    pub fn gather_rows_into(
+        &self,
+        rows: &[usize],
+        out: &mut TensorDict,
+    ) -> Result<(), TensorDictError> {
+        let len = *self
+            .batch_size()
+            .first()
+            .ok_or(TensorDictError::ZeroDim { what: "row gather" })?;
+        if let Some(&index) = rows.iter().find(|&&r| r >= len) {
+            return Err(TensorDictError::IndexOutOfRange { index, len });
+        }
+        if out.batch_size().first() != Some(&rows.len())
+            || !same_shape(&out.batch_size()[1..], &self.batch_size()[1..])
+        {
+            return Err(TensorDictError::StackBatchSize {
+                index: 0,
+                expected: out.batch_size().to_vec(),
+                found: self.batch_size().to_vec(),
+            });
+        }
+        gather_into_at(self, rows, out, &NestedKey::default())
+    }
+
     /// Copies row `src_row` of the batch `src` into row `row` of this batch
     /// (both batches have the same keys and row shapes), without building a
     /// tensordict for the row.
@@ -300,6 +330,26 @@ impl RowsAt<'_> {
     }
 }
 
+/// Copies `src` into `dst` (of the same length): the sizes of a small row
+/// (one scalar, a few values) as fixed-size moves, without a `memcpy` call.
+#[inline(always)]
+fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    #[inline]
+    fn fixed<const N: usize>(dst: &mut [u8], src: &[u8]) {
+        let dst: &mut [u8; N] = dst.try_into().expect("lengths checked by the caller");
+        let src: &[u8; N] = src.try_into().expect("one length");
+        *dst = *src;
+    }
+    match src.len() {
+        1 => fixed::<1>(dst, src),
+        2 => fixed::<2>(dst, src),
+        4 => fixed::<4>(dst, src),
+        8 => fixed::<8>(dst, src),
+        16 => fixed::<16>(dst, src),
+        _ => dst.copy_from_slice(src),
+    }
+}
+
 /// Whether two shapes are equal, without a `memcmp` call (shapes are short).
 #[inline]
 fn same_shape(a: &[usize], b: &[usize]) -> bool {
@@ -345,8 +395,10 @@ fn write_columns(
     for position in 0..batch.len() {
         let (name, target) = batch.entries_mut().at_named_mut(position);
         let column = |j: usize| rows[j].entries().at_named(position).1;
-        for (j, row) in rows.iter().enumerate() {
-            check_name(row, position, name, at.get(j), prefix)?;
+        if !matches!(target, Entry::Tensor(_)) {
+            for (j, row) in rows.iter().enumerate() {
+                check_name(row, position, name, at.get(j), prefix)?;
+            }
         }
         match target {
             Entry::Tensor(dst) => {
@@ -356,11 +408,15 @@ fn write_columns(
                 // One pass: each row checked, then written (an error leaves
                 // the rows before it written).
                 let bytes = dst.bytes_mut();
-                for j in 0..rows.len() {
-                    match column(j) {
+                for (j, src) in rows.iter().enumerate() {
+                    let (row_name, entry) = src.entries().at_named(position);
+                    if !crate::entries::same_name(row_name, name) {
+                        check_name(src, position, name, at.get(j), prefix)?;
+                    }
+                    match entry {
                         Entry::Tensor(t) if t.dtype() == dtype && same_shape(t.shape(), &row_shape) => {
                             let row = at.get(j);
-                            bytes[row * n..(row + 1) * n].copy_from_slice(t.as_bytes());
+                            copy_bytes(&mut bytes[row * n..(row + 1) * n], t.as_bytes());
                         }
                         Entry::Tensor(t) => {
                             return Err(row_mismatch(
@@ -453,7 +509,7 @@ fn gather_at(
                 if n > 0 {
                     let src = t.as_bytes();
                     for (chunk, &row) in g.bytes_mut().chunks_exact_mut(n).zip(rows) {
-                        chunk.copy_from_slice(&src[row * n..(row + 1) * n]);
+                        copy_bytes(chunk, &src[row * n..(row + 1) * n]);
                     }
                 }
                 Entry::Tensor(g)
@@ -478,6 +534,66 @@ fn gather_at(
     Ok(out)
 }
 
+/// Rows `rows` of `batch` written into `out` (same keys, `rows.len()`
+/// rows).
+fn gather_into_at(
+    batch: &TensorDict,
+    rows: &[usize],
+    out: &mut TensorDict,
+    prefix: &NestedKey,
+) -> Result<(), TensorDictError> {
+    if batch.len() != out.len() {
+        return Err(key_set_mismatch(out, batch, 0, prefix));
+    }
+    for position in 0..out.len() {
+        let (name, target) = out.entries_mut().at_named_mut(position);
+        let (src_name, entry) = batch.entries().at_named(position);
+        if !crate::entries::same_name(name, src_name) {
+            return Err(row_mismatch(
+                prefix.child(src_name),
+                0,
+                "has this key but the gathered batch does not".into(),
+            ));
+        }
+        match (target, entry) {
+            (Entry::Tensor(dst), Entry::Tensor(t))
+                if dst.dtype() == t.dtype() && same_shape(&dst.shape()[1..], &t.shape()[1..]) =>
+            {
+                let n = t.nbytes() / t.shape()[0].max(1);
+                if n > 0 {
+                    let src = t.as_bytes();
+                    for (chunk, &row) in dst.bytes_mut().chunks_exact_mut(n).zip(rows) {
+                        copy_bytes(chunk, &src[row * n..(row + 1) * n]);
+                    }
+                }
+            }
+            (
+                Entry::NonTensor(NonTensor::Stack(items)),
+                Entry::NonTensor(NonTensor::Stack(src)),
+            ) if items.len() == rows.len() => {
+                for (item, &row) in items.iter_mut().zip(rows) {
+                    *item = src[row].clone();
+                }
+            }
+            (Entry::Dict(dst), Entry::Dict(d)) => {
+                gather_into_at(d, rows, dst, &prefix.child(name))?
+            }
+            (target, entry) => {
+                return Err(row_mismatch(
+                    prefix.child(name),
+                    0,
+                    format!(
+                        "is a {} here but the gathered batch holds a {} of another shape",
+                        entry.kind(),
+                        target.kind()
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Fills every entry of `dst` from `batch` (its row `row`, or all of it).
 fn read_at(
     batch: &TensorDict,
@@ -485,9 +601,20 @@ fn read_at(
     dst: &mut TensorDict,
     prefix: &NestedKey,
 ) -> Result<(), TensorDictError> {
+    // Where the next key is likely to be in `batch` (both levels are
+    // sorted; often one has the other's keys, or a few more).
+    let mut hint = 0;
     for position in 0..dst.len() {
         let (name, target) = dst.entries_mut().at_named_mut(position);
-        let Some(source) = batch.entries().get(name) else {
+        let entries = batch.entries();
+        let found =
+            if hint < entries.len() && crate::entries::same_name(entries.at_named(hint).0, name) {
+                Some(hint)
+            } else {
+                entries.position(name).ok()
+            };
+        hint = found.map_or(hint, |i| i + 1);
+        let Some(source) = found.map(|i| batch.entries().at(i)) else {
             return Err(TensorDictError::KeyNotFound {
                 key: prefix.child(name),
                 available: batch.iter().map(|(k, _)| k.to_owned()).collect(),
@@ -497,7 +624,7 @@ fn read_at(
             |what: &str, reason: String| row_mismatch(prefix.child(what), row.unwrap_or(0), reason);
         match (target, source) {
             (Entry::Tensor(t), Entry::Tensor(src)) => {
-                if src.dtype() != t.dtype() || row_shape(src, row) != t.shape() {
+                if src.dtype() != t.dtype() || !same_shape(row_shape(src, row), t.shape()) {
                     return Err(mismatch(
                         name,
                         format!(
@@ -510,7 +637,7 @@ fn read_at(
                     ));
                 }
                 let n = t.nbytes();
-                t.bytes_mut().copy_from_slice(row_bytes(src, row, n));
+                copy_bytes(t.bytes_mut(), row_bytes(src, row, n));
             }
             (Entry::NonTensor(v), Entry::NonTensor(src)) => {
                 *v = match row {
@@ -652,11 +779,22 @@ mod tests {
         assert_eq!(batch.index(3).unwrap(), rows[0]);
         assert_eq!(batch.index(0).unwrap(), rows[1]);
         assert_eq!(batch.index(2).unwrap(), rows[2]);
-        let picked = batch.gather_rows(&[0, 2, 3]).unwrap();
+        let mut picked = batch.gather_rows(&[0, 2, 3]).unwrap();
+        let stack = |r: [usize; 3]| TensorDict::stack(&r.map(|i| rows[i].clone())).unwrap();
+        assert_eq!(picked, stack([1, 2, 0]));
+        // Into a batch held by nobody else: in place; held: copied first.
+        let held = picked.clone();
+        batch.gather_rows_into(&[3, 3, 0], &mut picked).unwrap();
+        assert_eq!(picked, stack([0, 0, 1]));
+        assert_eq!(held, stack([1, 2, 0]));
+        let before = picked.tensor("observation").unwrap().as_bytes().as_ptr();
+        batch.gather_rows_into(&[2, 0, 3], &mut picked).unwrap();
         assert_eq!(
-            picked,
-            TensorDict::stack(&[rows[1].clone(), rows[2].clone(), rows[0].clone()]).unwrap()
+            picked.tensor("observation").unwrap().as_bytes().as_ptr(),
+            before
         );
+        assert!(batch.gather_rows_into(&[0, 1], &mut picked).is_err());
+        assert!(batch.gather_rows_into(&[0, 1, 4], &mut picked).is_err());
         assert!(batch.gather_rows(&[4]).is_err());
         assert!(batch.write_rows_at(&[4], &[&rows[0]]).is_err());
         assert!(batch.write_rows_at(&[0, 1], &[&rows[0]]).is_err());
