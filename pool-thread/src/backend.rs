@@ -13,6 +13,11 @@ use envs::{Env, EnvError, EnvSpecs};
 use tensordict::{Entry, TensorDict};
 
 use crate::queue::{Job, WorkQueue, MAX_CHUNK};
+
+use smallvec::SmallVec;
+
+/// Chunks up to this many envs keep their per-chunk lists on the stack.
+const CHUNK_INLINE: usize = 16;
 use crate::signal::Signal;
 use crate::ThreadError;
 
@@ -152,10 +157,10 @@ impl BatchRows {
     /// Copies the results of a chunk's envs that ran without error into
     /// their rows and records which rows hold them.
     fn store(&mut self, chunk: &[Job], cells: &[MutexGuard<'_, Cell>]) {
-        let mut next_at = Vec::with_capacity(chunk.len());
-        let mut next_rows = Vec::with_capacity(chunk.len());
-        let mut root_at = Vec::with_capacity(chunk.len());
-        let mut root_rows = Vec::with_capacity(chunk.len());
+        let mut next_at: SmallVec<[usize; CHUNK_INLINE]> = SmallVec::new();
+        let mut next_rows: SmallVec<[&TensorDict; CHUNK_INLINE]> = SmallVec::new();
+        let mut root_at: SmallVec<[usize; CHUNK_INLINE]> = SmallVec::new();
+        let mut root_rows: SmallVec<[&TensorDict; CHUNK_INLINE]> = SmallVec::new();
         for (&Job { env, .. }, cell) in chunk.iter().zip(cells) {
             self.rows[env] = 0;
             if cell.error.is_some() {
@@ -816,7 +821,7 @@ fn run_chunk(shared: &Shared, chunk: &[Job]) {
     const _: () = assert!(MAX_CHUNK <= 64, "a chunk's failures fit a u64");
     // The chunk's cells stay locked until its results are in the batch rows
     // (nobody else touches a queued env's cell).
-    let mut cells = Vec::with_capacity(chunk.len());
+    let mut cells: SmallVec<[MutexGuard<'_, Cell>; CHUNK_INLINE]> = SmallVec::new();
     let mut failed = 0u64;
     for (j, job) in chunk.iter().enumerate() {
         let mut cell = lock(&shared.cells[job.env]);

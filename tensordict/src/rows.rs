@@ -186,7 +186,7 @@ impl TensorDict {
             .batch_size()
             .split_first()
             .ok_or(TensorDictError::ZeroDim { what: "row copy" })?;
-        if rest != row_batch {
+        if !same_shape(rest, row_batch) {
             return Err(TensorDictError::StackBatchSize {
                 index: row,
                 expected: rest.to_vec(),
