@@ -12,7 +12,12 @@ use std::time::{Duration, Instant};
 use envs::{Env, EnvError, EnvSpecs};
 use tensordict::{Entry, TensorDict};
 
-use crate::queue::WorkQueue;
+use crate::queue::{Job, WorkQueue, MAX_CHUNK};
+
+use smallvec::SmallVec;
+
+/// Chunks up to this many envs keep their per-chunk lists on the stack.
+const CHUNK_INLINE: usize = 16;
 use crate::signal::Signal;
 use crate::ThreadError;
 
@@ -27,6 +32,11 @@ pub struct ThreadOptions {
     /// Number of worker threads; default: as many as the machine has cores,
     /// at most one per env.
     pub threads: Option<NonZeroUsize>,
+    /// Workers also copy each result into its env's row of a batch shared by
+    /// all envs (EnvPool's state buffer), when every env's results have one
+    /// layout, so that a receive of many results copies nothing more (see
+    /// [`ThreadBackend::gather`]): what a dense stack wants. Default off.
+    pub batch_rows: bool,
 }
 
 /// How long shutdown waits for the worker threads to finish the envs they
@@ -41,6 +51,13 @@ const QUEUED: u8 = 1;
 const DONE: u8 = 2;
 /// The env failed; the error is in the slot, waiting to be taken.
 const FAILED: u8 = 3;
+
+/// In [`BatchRows::rows`]: the env's row of the `"next"` batch holds its
+/// current result.
+const NEXT_ROW: u8 = 1;
+/// In [`BatchRows::rows`]: the env's row of the root batch holds its
+/// current result.
+const ROOT_ROW: u8 = 2;
 
 /// One env, its buffers and its result.
 struct Cell {
@@ -60,25 +77,182 @@ struct Cell {
     during: &'static str,
 }
 
-struct Slot {
-    /// `IDLE`, `QUEUED`, `DONE` or `FAILED`.
-    phase: AtomicU8,
-    /// When the last result was published (a generation): receivers that
-    /// take fewer results than are ready take the oldest first.
-    published: AtomicU64,
-    cell: Mutex<Cell>,
+/// Locks a mutex of the backend. A panic inside an env is caught while a
+/// cell's lock is held, so no mutex is poisoned by one; recover from any
+/// other cause.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Slot {
-    fn lock(&self) -> MutexGuard<'_, Cell> {
-        // A panic inside an env is caught while the lock is held, so the
-        // mutex is never poisoned by one; recover from any other cause.
-        self.cell.lock().unwrap_or_else(|p| p.into_inner())
+/// Every env's latest result in its row of two batches of all envs
+/// (EnvPool's state buffer): a worker copies the results of a chunk there,
+/// column by column, before it publishes them, so that a receive of many
+/// results copies nothing (all envs, in order: the batches themselves,
+/// copied on write if the caller still holds them when the next results
+/// arrive) or gathers rows of one storage per entry.
+struct BatchRows {
+    /// `[num_envs, ..]`: the `"next"` results.
+    next: TensorDict,
+    /// `[num_envs, ..]`: the reset results and next roots.
+    root: TensorDict,
+    /// Per env: which of its rows (`NEXT_ROW`, `ROOT_ROW`) hold its current
+    /// result (none after a failure, or if its result did not fit).
+    rows: Vec<u8>,
+    /// The batches last gathered from `next` and `root` for a receive of
+    /// some envs: the next gather of as many rows writes into them (in place
+    /// once the caller has dropped them, so a steady collector allocates
+    /// nothing; copied on write if it still holds them).
+    gathered: [Option<TensorDict>; 2],
+}
+
+impl BatchRows {
+    /// Batches for `cells` if all their results have one layout. The
+    /// cells' buffers then share their keys with the first cell's (so that
+    /// the copies into the batches compare keys by address).
+    fn new(cells: &[Mutex<Cell>]) -> Option<BatchRows> {
+        let mut cells: Vec<MutexGuard<'_, Cell>> = cells.iter().map(lock).collect();
+        let first = cells.first()?;
+        let mut next = TensorDict::zeros_stacked(&first.next, cells.len()).ok()?;
+        let mut root = TensorDict::zeros_stacked(&first.root, cells.len()).ok()?;
+        let nexts: Vec<&TensorDict> = cells.iter().map(|c| &c.next).collect();
+        let roots: Vec<&TensorDict> = cells.iter().map(|c| &c.root).collect();
+        next.write_rows(&nexts).ok()?;
+        root.write_rows(&roots).ok()?;
+        let (first_next, first_root) = (cells[0].next.clone(), cells[0].root.clone());
+        for cell in cells.iter_mut().skip(1) {
+            // Same layout (checked above): the first cell's keys with this
+            // cell's values (written into copies of the storage).
+            let mut own = first_next.clone();
+            own.fill_from(&cell.next).ok()?;
+            cell.next = own;
+            let mut own = first_root.clone();
+            own.fill_from(&cell.root).ok()?;
+            cell.root = own;
+        }
+        Some(BatchRows {
+            next,
+            root,
+            rows: vec![0; cells.len()],
+            gathered: [None, None],
+        })
+    }
+
+    /// Copies the results of a chunk's envs that ran without error into
+    /// their rows and records which rows hold them.
+    fn store(&mut self, chunk: &[Job], cells: &[MutexGuard<'_, Cell>]) {
+        let mut next_at: SmallVec<[usize; CHUNK_INLINE]> = SmallVec::new();
+        let mut next_rows: SmallVec<[&TensorDict; CHUNK_INLINE]> = SmallVec::new();
+        let mut root_at: SmallVec<[usize; CHUNK_INLINE]> = SmallVec::new();
+        let mut root_rows: SmallVec<[&TensorDict; CHUNK_INLINE]> = SmallVec::new();
+        for (&Job { env, .. }, cell) in chunk.iter().zip(cells) {
+            self.rows[env] = 0;
+            if cell.error.is_some() {
+                continue;
+            }
+            if cell.op != Op::Reset {
+                next_at.push(env);
+                next_rows.push(&cell.next);
+            }
+            if cell.op != Op::Step {
+                root_at.push(env);
+                root_rows.push(&cell.root);
+            }
+        }
+        store_rows(
+            &mut self.next,
+            &mut self.rows,
+            NEXT_ROW,
+            &next_at,
+            &next_rows,
+        );
+        store_rows(
+            &mut self.root,
+            &mut self.rows,
+            ROOT_ROW,
+            &root_at,
+            &root_rows,
+        );
+    }
+}
+
+/// Writes `rows[j]` into row `at[j]` of `batch` and marks it in `flags`
+/// with `bit`; if a result does not fit the batch (an env changed its
+/// result's keys or shapes), the others are written one by one and it stays
+/// unmarked (the receiver then reads it from its slot and reports it).
+fn store_rows(
+    batch: &mut TensorDict,
+    flags: &mut [u8],
+    bit: u8,
+    at: &[usize],
+    rows: &[&TensorDict],
+) {
+    if at.is_empty() {
+        return;
+    }
+    if batch.write_rows_at(at, rows).is_ok() {
+        for &env in at {
+            flags[env] |= bit;
+        }
+        return;
+    }
+    for (&env, &row) in at.iter().zip(rows) {
+        if batch.write_rows_at(&[env], &[row]).is_ok() {
+            flags[env] |= bit;
+        }
+    }
+}
+
+/// What a send checks an env's input against: its input buffer's kind
+/// (envs whose buffers are alike share one) and whether a reset takes one.
+struct Inputs {
+    /// Per env: the index of its kind in `templates`.
+    kind: Vec<usize>,
+    /// One zeroed input buffer per kind.
+    templates: Vec<TensorDict>,
+    /// Per env: whether a reset is given the sent state entries (the env
+    /// has state entries).
+    reset_takes_input: Vec<bool>,
+}
+
+impl Inputs {
+    fn new(cells: &[Mutex<Cell>], specs: &[EnvSpecs]) -> Inputs {
+        let mut inputs = Inputs {
+            kind: Vec::with_capacity(cells.len()),
+            templates: Vec::new(),
+            reset_takes_input: Vec::with_capacity(cells.len()),
+        };
+        for (cell, specs) in cells.iter().zip(specs) {
+            let input = &lock(cell).input;
+            let kind = match inputs.templates.iter().position(|t| t == input) {
+                Some(kind) => kind,
+                None => {
+                    inputs.templates.push(input.clone());
+                    inputs.templates.len() - 1
+                }
+            };
+            inputs.kind.push(kind);
+            inputs
+                .reset_takes_input
+                .push(!input.is_empty() && !specs.full_state_spec().is_empty());
+        }
+        inputs
     }
 }
 
 struct Shared {
-    slots: Vec<Slot>,
+    /// Per env: its env, buffers and result.
+    cells: Vec<Mutex<Cell>>,
+    /// Per env, side by side (a receiver reads many at once): `IDLE`,
+    /// `QUEUED`, `DONE` or `FAILED`.
+    phases: Vec<AtomicU8>,
+    /// Per env: when its last result was published (a generation):
+    /// receivers that take fewer results than are ready take the oldest
+    /// first.
+    published: Vec<AtomicU64>,
+    /// With [`ThreadOptions::batch_rows`] and envs of one layout: every
+    /// env's latest result in its row of a batch. Locked after a chunk's
+    /// cells, never before one.
+    batch: Option<Mutex<BatchRows>>,
     queue: WorkQueue,
     done: Signal,
     workers: usize,
@@ -115,6 +289,7 @@ pub struct ThreadBackend {
     shared: Arc<Shared>,
     specs: Vec<EnvSpecs>,
     names: Vec<String>,
+    inputs: Inputs,
     handles: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -147,9 +322,11 @@ fn input_template(env: &dyn Env) -> TensorDict {
     td
 }
 
-/// The root of the next step: `next` without its reward entries.
-fn next_root_template(env: &dyn Env) -> TensorDict {
-    env.step_template().exclude(env.specs().reward_keys())
+/// The root of the next step: `next` (the env's step template) without its
+/// reward entries; its keys are `next`'s (shared), so that copying `next`
+/// into it compares keys by address.
+fn next_root_template(env: &dyn Env, next: &TensorDict) -> TensorDict {
+    next.exclude(env.specs().reward_keys())
 }
 
 impl ThreadBackend {
@@ -159,7 +336,7 @@ impl ThreadBackend {
         factories: Vec<EnvFactory>,
         options: &ThreadOptions,
     ) -> Result<ThreadBackend, ThreadError> {
-        let mut slots = Vec::with_capacity(factories.len());
+        let mut cells = Vec::with_capacity(factories.len());
         let mut specs = Vec::with_capacity(factories.len());
         let mut names = Vec::with_capacity(factories.len());
         for (index, factory) in factories.into_iter().enumerate() {
@@ -180,35 +357,42 @@ impl ThreadBackend {
             };
             specs.push(env.specs().clone());
             names.push(env.name().to_owned());
+            let next = env.step_template();
             let cell = Cell {
                 name: env.name().to_owned(),
                 op: Op::Reset,
                 input: input_template(&*env),
                 reset_with_input: false,
-                next: env.step_template(),
-                root: next_root_template(&*env),
+                root: next_root_template(&*env, &next),
+                next,
                 error: None,
                 during: "reset",
                 env,
             };
-            slots.push(Slot {
-                phase: AtomicU8::new(IDLE),
-                published: AtomicU64::new(0),
-                cell: Mutex::new(cell),
-            });
+            cells.push(Mutex::new(cell));
         }
+        let inputs = Inputs::new(&cells, &specs);
+        let batch = if options.batch_rows {
+            BatchRows::new(&cells).map(Mutex::new)
+        } else {
+            None
+        };
         let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
         let workers = options
             .threads
-            .map_or(cores.min(slots.len().max(1)), NonZeroUsize::get);
+            .map_or(cores.min(cells.len().max(1)), NonZeroUsize::get);
         let receiver_spin = if workers >= cores {
             std::time::Duration::from_micros(50)
         } else {
             crate::signal::SPIN
         };
+        let cells_len = cells.len();
         let shared = Arc::new(Shared {
-            slots,
-            queue: WorkQueue::default(),
+            phases: cells.iter().map(|_| AtomicU8::new(IDLE)).collect(),
+            published: cells.iter().map(|_| AtomicU64::new(0)).collect(),
+            cells,
+            batch,
+            queue: WorkQueue::new(workers, cells_len),
             done: Signal::default(),
             workers,
             receiver_spin,
@@ -218,7 +402,7 @@ impl ThreadBackend {
             let for_worker = Arc::clone(&shared);
             let spawned = std::thread::Builder::new()
                 .name(format!("rlpool-worker-{worker}"))
-                .spawn(move || worker_loop(&for_worker));
+                .spawn(move || worker_loop(&for_worker, worker));
             match spawned {
                 Ok(handle) => handles.push(handle),
                 Err(err) => {
@@ -237,6 +421,7 @@ impl ThreadBackend {
             shared,
             specs,
             names,
+            inputs,
             handles: Mutex::new(handles),
         })
     }
@@ -264,16 +449,18 @@ impl ThreadBackend {
     /// Zeros shaped like env `env`'s `"next"` result and root result (the
     /// templates a caller stacks results into).
     pub fn templates(&self, env: usize) -> (TensorDict, TensorDict) {
-        let cell = self.shared.slots[env].lock();
+        let cell = lock(&self.shared.cells[env]);
         (cell.next.clone(), cell.root.clone())
     }
 
-    /// Sends `op` to each `(env, row)` of `jobs`: copies the env's inputs
-    /// (action and state entries) from row `row` of `src` (or from `src`
-    /// itself when `row` is `None`) into its slot, then queues the envs.
-    /// A reset needs no input (`src` may be `None`); a step does.
+    /// Sends `op` to each `(env, row)` of `jobs`: queues the envs, each
+    /// with its inputs (action and state entries): row `row` of `src` (or
+    /// `src` itself when `row` is `None`), which the worker that runs the env
+    /// copies into its input buffer (the send shares `src`, a clone, and
+    /// copies nothing). A reset needs no input (`src` may be `None`); a step
+    /// does.
     ///
-    /// Every input is copied before anything is queued, so an invalid input
+    /// Every input is checked before anything is queued, so an invalid input
     /// queues nothing. A send to an env whose result was not taken, to one
     /// env twice, or to an env past the last is an error naming it (and
     /// queues nothing). Sends to one env from several threads at once are
@@ -294,49 +481,73 @@ impl ThreadBackend {
             }
             // Acquire: pairs with the Release of IDLE in `release`/`take`.
             if std::mem::replace(&mut addressed[env], true)
-                || self.shared.slots[env].phase.load(Ordering::Acquire) != IDLE
+                || self.shared.phases[env].load(Ordering::Acquire) != IDLE
             {
                 return Err(ThreadError::Busy { env });
             }
         }
+        // The input is checked here, once per kind of env input buffer
+        // (the rows of one send all have one layout), and copied by the
+        // worker that runs the env.
+        let shared_src = src.map(|src| Arc::new(src.clone()));
+        let mut checked: Vec<(usize, bool)> = Vec::new();
+        let mut queued = Vec::with_capacity(jobs.len());
         for &(env, row) in jobs {
-            let slot = &self.shared.slots[env];
-            let mut cell = slot.lock();
-            let cell = &mut *cell;
-            cell.op = op;
-            cell.error = None;
-            cell.reset_with_input = false;
-            let copied = match (op, src) {
-                (Op::Reset, None) => Ok(()),
-                (Op::Reset, Some(src)) => {
-                    // Only state entries travel into a reset, when the env has any.
-                    if cell.input.is_empty() || self.specs[env].full_state_spec().is_empty() {
-                        Ok(())
-                    } else {
-                        cell.reset_with_input = true;
-                        copy_input(src, row, &mut cell.input)
-                    }
+            let input = match (op, &shared_src) {
+                (Op::Reset, None) => None,
+                // Only state entries travel into a reset, when the env has any.
+                (Op::Reset, Some(_)) if !self.inputs.reset_takes_input[env] => None,
+                (_, Some(src)) => {
+                    self.check_input(env, src, row, &mut checked)?;
+                    Some((Arc::clone(src), row))
                 }
-                (_, Some(src)) => copy_input(src, row, &mut cell.input),
-                (_, None) => Err(tensordict::TensorDictError::KeyNotFound {
-                    key: "action".into(),
-                    available: Vec::new(),
-                }),
+                (_, None) => {
+                    return Err(ThreadError::Input {
+                        env,
+                        name: self.names[env].clone(),
+                        source: Box::new(tensordict::TensorDictError::KeyNotFound {
+                            key: "action".into(),
+                            available: Vec::new(),
+                        }),
+                    })
+                }
             };
-            copied.map_err(|source| ThreadError::Input {
-                env,
-                name: cell.name.clone(),
-                source: Box::new(source),
-            })?;
+            queued.push(Job { env, op, input });
         }
         for &(env, _) in jobs {
-            // Release: the input written above is visible to the worker that
-            // sees QUEUED (it also takes the cell's lock).
-            self.shared.slots[env]
-                .phase
-                .store(QUEUED, Ordering::Release);
+            // Release: pairs with the worker's Acquire of the queue's lock
+            // (the job carries the input); nothing else of the env's is
+            // written by a send.
+            self.shared.phases[env].store(QUEUED, Ordering::Release);
         }
-        self.shared.queue.push_all(jobs.iter().map(|&(env, _)| env));
+        self.shared.queue.push_all(queued);
+        Ok(())
+    }
+
+    /// Checks that env `env`'s input buffer can be filled from `src` (row
+    /// `row`, or all of it), as the worker will: once per kind of input
+    /// buffer and per way of reading (`checked` holds those seen by this
+    /// send), and each row's index.
+    fn check_input(
+        &self,
+        env: usize,
+        src: &TensorDict,
+        row: Option<usize>,
+        checked: &mut Vec<(usize, bool)>,
+    ) -> Result<(), ThreadError> {
+        let kind = self.inputs.kind[env];
+        let in_range = row.is_none_or(|row| src.batch_size().first().is_some_and(|&n| row < n));
+        if in_range && checked.contains(&(kind, row.is_some())) {
+            return Ok(());
+        }
+        // A copy into a scratch buffer: the errors of the worker's copy.
+        let mut scratch = self.inputs.templates[kind].clone();
+        copy_input(src, row, &mut scratch).map_err(|source| ThreadError::Input {
+            env,
+            name: self.names[env].clone(),
+            source: Box::new(source),
+        })?;
+        checked.push((kind, row.is_some()));
         Ok(())
     }
 
@@ -344,8 +555,8 @@ impl ThreadBackend {
     /// a receiver that would otherwise wait helps the workers (and pays no
     /// wake-up latency). Returns whether it ran anything.
     pub fn help(&self) -> bool {
-        let mut chunk = Vec::new();
-        if self.shared.queue.try_pull(self.shared.workers, &mut chunk) {
+        let mut chunk: Vec<Job> = Vec::new();
+        if self.shared.queue.try_pull(None, &mut chunk) {
             run_chunk(&self.shared, &chunk);
             true
         } else {
@@ -368,7 +579,7 @@ impl ThreadBackend {
     pub fn is_done(&self, env: usize) -> bool {
         // Acquire: pairs with the worker's Release store of DONE/FAILED.
         matches!(
-            self.shared.slots[env].phase.load(Ordering::Acquire),
+            self.shared.phases[env].load(Ordering::Acquire),
             DONE | FAILED
         )
     }
@@ -376,12 +587,12 @@ impl ThreadBackend {
     /// When env `env`'s result was published (a generation; smaller is
     /// older). Meaningful once [`ThreadBackend::is_done`] is true.
     pub fn published(&self, env: usize) -> u64 {
-        self.shared.slots[env].published.load(Ordering::Relaxed)
+        self.shared.published[env].load(Ordering::Relaxed)
     }
 
     /// True if env `env` failed and its error is waiting to be taken.
     pub fn is_failed(&self, env: usize) -> bool {
-        self.shared.slots[env].phase.load(Ordering::Acquire) == FAILED
+        self.shared.phases[env].load(Ordering::Acquire) == FAILED
     }
 
     /// The number of results published so far (moves on every result).
@@ -425,7 +636,7 @@ impl ThreadBackend {
         env: usize,
         read: impl FnOnce(EnvOutput<'_>) -> R,
     ) -> Result<R, ThreadError> {
-        let cell = self.shared.slots[env].lock();
+        let cell = lock(&self.shared.cells[env]);
         match &cell.error {
             Some(err) => Err(err.clone()),
             None => Ok(read(EnvOutput {
@@ -449,7 +660,7 @@ impl ThreadBackend {
         order.sort_by_key(|&j| envs[j]);
         let mut guards: Vec<Option<MutexGuard<'_, Cell>>> = (0..envs.len()).map(|_| None).collect();
         for j in order {
-            guards[j] = Some(self.shared.slots[envs[j]].lock());
+            guards[j] = Some(lock(&self.shared.cells[envs[j]]));
         }
         let cells: Vec<&Cell> = guards.iter().flatten().map(|g| &**g).collect();
         if let Some(err) = cells.iter().find_map(|cell| cell.error.clone()) {
@@ -466,13 +677,71 @@ impl ThreadBackend {
         Ok(read(&outputs))
     }
 
+    /// The results of `op` of `envs` (done, distinct, ascending) as batches,
+    /// from the batch rows that workers fill with
+    /// [`ThreadOptions::batch_rows`]: the `"next"` batch (for a step) and the
+    /// root batch (for a reset or step-and-maybe-reset). For all envs in
+    /// order these are the backend's batches themselves (shared: the next
+    /// results are written into a copy if the caller still holds them);
+    /// otherwise their rows gathered into new batches. `None` without batch
+    /// rows, or if a result is not in its row (read it with
+    /// [`ThreadBackend::peek_many`], which reports what is wrong with it).
+    pub fn gather(
+        &self,
+        op: Op,
+        envs: &[usize],
+    ) -> Option<(Option<TensorDict>, Option<TensorDict>)> {
+        let mut batch = lock(self.shared.batch.as_ref()?);
+        let batch = &mut *batch;
+        let want = match op {
+            Op::Reset => ROOT_ROW,
+            Op::Step => NEXT_ROW,
+            Op::StepAndMaybeReset => NEXT_ROW | ROOT_ROW,
+        };
+        if envs.iter().any(|&env| batch.rows[env] & want != want) {
+            return None;
+        }
+        let all = envs.len() == self.num_envs() && envs.iter().enumerate().all(|(i, &e)| i == e);
+        let pick = |td: &TensorDict, cache: &mut Option<TensorDict>| -> Option<TensorDict> {
+            if all {
+                return Some(td.clone());
+            }
+            match cache {
+                Some(out) if out.batch_size().first() == Some(&envs.len()) => {
+                    if td.gather_rows_into(envs, out).is_err() {
+                        *cache = None;
+                        return None;
+                    }
+                    Some(out.clone())
+                }
+                _ => {
+                    let out = td.gather_rows(envs).ok()?;
+                    *cache = Some(out.clone());
+                    Some(out)
+                }
+            }
+        };
+        let [next_cache, root_cache] = &mut batch.gathered;
+        let next = if want & NEXT_ROW != 0 {
+            Some(pick(&batch.next, next_cache)?)
+        } else {
+            None
+        };
+        let root = if want & ROOT_ROW != 0 {
+            Some(pick(&batch.root, root_cache)?)
+        } else {
+            None
+        };
+        Some((next, root))
+    }
+
     /// Marks env `env` idle, dropping its result or error (after a
     /// [`ThreadBackend::peek`]). Takes no lock: the next send overwrites the
     /// slot's buffers and clears any error.
     pub fn release(&self, env: usize) {
         // Release: pairs with the Acquire of the next send's check (through
         // the facade's book lock) and the worker's Acquire of QUEUED.
-        self.shared.slots[env].phase.store(IDLE, Ordering::Release);
+        self.shared.phases[env].store(IDLE, Ordering::Release);
     }
 
     /// Takes env `env`'s result: calls `read` on it while the slot is
@@ -531,51 +800,91 @@ fn copy_input(
     }
 }
 
-fn worker_loop(shared: &Shared) {
+fn worker_loop(shared: &Shared, worker: usize) {
     let mut chunk = Vec::new();
-    while shared.queue.pull(shared.workers, &mut chunk) {
+    while shared.queue.pull(worker, &mut chunk) {
         run_chunk(shared, &chunk);
     }
 }
 
-/// Runs each env of a chunk and publishes its result.
-fn run_chunk(shared: &Shared, chunk: &[usize]) {
-    {
-        for &env in chunk {
-            let slot = &shared.slots[env];
-            let failed = {
-                let mut cell = slot.lock();
-                let cell = &mut *cell;
-                let outcome = catch_unwind(AssertUnwindSafe(|| run(cell)));
-                let error = match outcome {
-                    Ok(Ok(())) => None,
-                    Ok(Err((during, source))) => Some(ThreadError::Env {
-                        env,
-                        name: cell.name.clone(),
-                        during,
-                        source,
-                    }),
-                    Err(payload) => Some(ThreadError::Panicked {
-                        env,
-                        name: cell.name.clone(),
-                        during: cell.during,
-                        message: panic_message(&*payload),
-                    }),
-                };
-                let failed = error.is_some();
-                cell.error = error;
-                failed
-            };
-            // Relaxed: read only after the Acquire of DONE below.
-            slot.published
-                .store(shared.done.generation(), Ordering::Relaxed);
-            // Release: the result written under the lock is visible to
-            // whoever sees DONE (pairs with the Acquire in `is_done`).
-            slot.phase
-                .store(if failed { FAILED } else { DONE }, Ordering::Release);
-            shared.done.notify();
+/// Runs each env of a chunk (its input copied in first), copies the
+/// results into the batch rows (if any), then publishes them all.
+fn run_chunk(shared: &Shared, chunk: &[Job]) {
+    const _: () = assert!(MAX_CHUNK <= 64, "a chunk's failures fit a u64");
+    // The chunk's cells stay locked until its results are in the batch rows
+    // (nobody else touches a queued env's cell).
+    let mut cells: SmallVec<[MutexGuard<'_, Cell>; CHUNK_INLINE]> = SmallVec::new();
+    let mut failed = 0u64;
+    for (j, job) in chunk.iter().enumerate() {
+        let mut cell = lock(&shared.cells[job.env]);
+        if prepare(job, &mut cell) || run_cell(job.env, &mut cell) {
+            failed |= 1 << j;
+        }
+        cells.push(cell);
+    }
+    if let Some(batch) = &shared.batch {
+        lock(batch).store(chunk, &cells);
+    }
+    drop(cells);
+    let generation = shared.done.generation();
+    for (j, &Job { env, .. }) in chunk.iter().enumerate() {
+        // Relaxed: read only after the Acquire of DONE below.
+        shared.published[env].store(generation, Ordering::Relaxed);
+        // Release: the result written under the cell's lock (and into the
+        // batch rows) is visible to whoever sees DONE (pairs with the
+        // Acquire in `is_done`).
+        let phase = if failed & (1 << j) != 0 { FAILED } else { DONE };
+        shared.phases[env].store(phase, Ordering::Release);
+    }
+    shared.done.notify_n(chunk.len() as u64);
+}
+
+/// Sets the cell up for `job`: its operation, and its input copied from the
+/// sent tensordict. An input that cannot be copied (the send checked it, so
+/// only if the env changed its input buffer's keys) is the env's error.
+/// Returns whether it failed.
+fn prepare(job: &Job, cell: &mut Cell) -> bool {
+    cell.op = job.op;
+    cell.reset_with_input = false;
+    let Some((src, row)) = &job.input else {
+        return false;
+    };
+    cell.reset_with_input = job.op == Op::Reset;
+    match copy_input(src, *row, &mut cell.input) {
+        Ok(()) => false,
+        Err(source) => {
+            cell.error = Some(ThreadError::Input {
+                env: job.env,
+                name: cell.name.clone(),
+                source: Box::new(source),
+            });
+            true
         }
     }
+}
+
+/// Runs one env's operation, catching a panic; records its error in the
+/// cell. Returns whether it failed.
+fn run_cell(env: usize, cell: &mut Cell) -> bool {
+    let outcome = catch_unwind(AssertUnwindSafe(|| run(cell)));
+    let error = match outcome {
+        Ok(Ok(())) => None,
+        Ok(Err((during, source))) => Some(ThreadError::Env {
+            env,
+            name: cell.name.clone(),
+            during,
+            source,
+        }),
+        Err(payload) => Some(ThreadError::Panicked {
+            env,
+            name: cell.name.clone(),
+            during: cell.during,
+            message: panic_message(&*payload),
+        }),
+    };
+    let failed = error.is_some();
+    cell.error = error;
+    failed
 }
 
 /// Runs the cell's operation on its buffers.
@@ -651,6 +960,109 @@ mod tests {
             })
             .collect();
         ThreadBackend::start(factories, &ThreadOptions::default()).unwrap()
+    }
+
+    /// A CountingEnv that adds a key to its result from its second step on.
+    struct Growing(CountingEnv, u32);
+
+    impl Env for Growing {
+        fn specs(&self) -> &EnvSpecs {
+            self.0.specs()
+        }
+        fn set_seed(&mut self, seed: u64) {
+            self.0.set_seed(seed)
+        }
+        fn reset_into(
+            &mut self,
+            input: Option<&TensorDict>,
+            out: &mut TensorDict,
+        ) -> Result<(), EnvError> {
+            self.0.reset_into(input, out)
+        }
+        fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
+            self.1 += 1;
+            if self.1 == 2 {
+                next.set("extra", Tensor::scalar(1u8))?;
+            }
+            self.0.step_into(input, next)
+        }
+    }
+
+    fn batch_backend(growing: usize) -> ThreadBackend {
+        let factories: Vec<EnvFactory> = (0..3)
+            .map(|i| {
+                Box::new(move || {
+                    let env = CountingEnv::new(10 * i as i32, 1000);
+                    Ok(if i == growing {
+                        Box::new(Growing(env, 0)) as Box<dyn Env>
+                    } else {
+                        Box::new(env) as Box<dyn Env>
+                    })
+                }) as EnvFactory
+            })
+            .collect();
+        let options = ThreadOptions {
+            threads: NonZeroUsize::new(2),
+            batch_rows: true,
+        };
+        ThreadBackend::start(factories, &options).unwrap()
+    }
+
+    fn step_all(backend: &ThreadBackend, op: Op) {
+        let mut actions = TensorDict::new(&[3]);
+        actions
+            .set("action", Tensor::from_vec(&[3, 1], vec![1i64; 3]).unwrap())
+            .unwrap();
+        let jobs: Vec<(usize, Option<usize>)> = (0..3).map(|i| (i, Some(i))).collect();
+        backend.send(op, &jobs, Some(&actions)).unwrap();
+        (0..3).for_each(|env| wait_done(backend, env));
+    }
+
+    fn observations(td: &TensorDict) -> Vec<i32> {
+        td.tensor("observation").unwrap().to_vec::<i32>().unwrap()
+    }
+
+    #[test]
+    fn workers_fill_the_batch_rows_and_a_held_batch_stays() {
+        let backend = batch_backend(usize::MAX);
+        step_all(&backend, Op::Reset);
+        let (next, root) = backend.gather(Op::Reset, &[0, 1, 2]).unwrap();
+        assert!(next.is_none());
+        let held = root.unwrap();
+        assert_eq!(observations(&held), vec![0, 10, 20]);
+        (0..3).for_each(|env| backend.release(env));
+        step_all(&backend, Op::StepAndMaybeReset);
+        let (next, root) = backend.gather(Op::StepAndMaybeReset, &[0, 2]).unwrap();
+        let held_rows = next.unwrap();
+        assert_eq!(observations(&held_rows), vec![1, 21]);
+        assert_eq!(observations(&root.unwrap()), vec![1, 21]);
+        // Gathered again into the same buffers: a held gather stays too.
+        (0..3).for_each(|env| backend.release(env));
+        step_all(&backend, Op::StepAndMaybeReset);
+        let (next, _) = backend.gather(Op::StepAndMaybeReset, &[1, 2]).unwrap();
+        assert_eq!(observations(&next.unwrap()), vec![12, 22]);
+        assert_eq!(observations(&held_rows), vec![1, 21]);
+        let (next, _) = backend.gather(Op::StepAndMaybeReset, &[0, 1]).unwrap();
+        assert_eq!(observations(&next.unwrap()), vec![2, 12]);
+        // The batch handed out before was copied, not overwritten.
+        assert_eq!(observations(&held), vec![0, 10, 20]);
+        // Without batch rows there is nothing to gather.
+        assert!(counters(1).gather(Op::Reset, &[0]).is_none());
+    }
+
+    #[test]
+    fn a_result_that_does_not_fit_its_row_is_left_to_peek() {
+        let backend = batch_backend(1);
+        step_all(&backend, Op::Step);
+        assert!(backend.gather(Op::Step, &[0, 1, 2]).is_some());
+        (0..3).for_each(|env| backend.release(env));
+        step_all(&backend, Op::Step);
+        // Env 1's result has an extra key: not in its row; the others are.
+        assert!(backend.gather(Op::Step, &[0, 1, 2]).is_none());
+        let (next, _) = backend.gather(Op::Step, &[0, 2]).unwrap();
+        assert_eq!(observations(&next.unwrap()), vec![2, 22]);
+        let keys = backend.peek(1, |out| out.next.contains("extra")).unwrap();
+        assert!(keys);
     }
 
     fn wait_done(backend: &ThreadBackend, env: usize) {

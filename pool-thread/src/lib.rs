@@ -2,13 +2,18 @@
 //! threads that pull env tasks from a queue.
 //!
 //! Each env lives in a slot with buffers built once from its specs (its
-//! inputs, its `"next"` outputs, its reset root). A send copies an env's
-//! inputs into its slot and queues the env; a worker pulls a chunk of queued
-//! envs (about a `1 / (2 * workers)` share, so a batch is split in a few
-//! pulls), runs `reset_into` / `step_into` on each, catches any panic, and
-//! publishes the result in the slot; the owner waits for results (spinning
-//! briefly, then sleeping, always with an optional deadline) and takes them.
-//! Nothing is allocated per step for fixed-shape envs.
+//! inputs, its `"next"` outputs, its reset root). A send checks the inputs
+//! and queues the envs with them, each in the queue of the worker whose
+//! block of envs it belongs to (so an env stays on one thread); a worker
+//! pulls a chunk of its queue (about half of it, so a batch is split in a
+//! few pulls), or of another's when its own is empty, copies each env's
+//! inputs into its slot, runs `reset_into` / `step_into` on each, catches
+//! any panic, and publishes the chunk's results in their slots (with
+//! [`ThreadOptions::batch_rows`], also copied column by column into each
+//! env's row of a batch of all envs, EnvPool's state buffer, so that a
+//! receive of many results copies nothing more); the owner waits for results
+//! (spinning briefly, then sleeping, always with an optional deadline) and
+//! takes them. Nothing is allocated per step for fixed-shape envs.
 //!
 //! This crate sits above `envs` and knows nothing of processes or shared
 //! memory. The pool's semantics (busy envs, targets, `min_get`, ordering,

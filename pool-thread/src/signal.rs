@@ -60,11 +60,17 @@ impl Signal {
     /// Counts an event and wakes the sleepers if one of them waits for this
     /// generation or an earlier one.
     pub(crate) fn notify(&self) {
+        self.notify_n(1);
+    }
+
+    /// Counts `n` events at once (one atomic operation), waking the sleepers
+    /// if one of them waits for the new generation or an earlier one.
+    pub(crate) fn notify_n(&self, n: u64) {
         // SeqCst (with the SeqCst loads of `sleepers` and `wake_at` below,
         // and the SeqCst stores and load in `wait_for`): either the waiter
         // sees the new generation before sleeping, or we see its registration
         // and wake it.
-        let now = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let now = self.generation.fetch_add(n, Ordering::SeqCst) + n;
         if self.sleepers.load(Ordering::SeqCst) > 0 && now >= self.wake_at.load(Ordering::SeqCst) {
             // Taking the lock orders this wake-up after the waiter's check.
             let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());

@@ -195,6 +195,20 @@ impl Dispatch {
         }
     }
 
+    /// The results of `op` of `envs` as ready-made batches (the `"next"`
+    /// batch and the root batch), when the backend keeps them (threads with
+    /// batch rows); `None` otherwise: read them with `peek_many`.
+    pub(crate) fn gather(
+        &self,
+        op: Op,
+        envs: &[usize],
+    ) -> Option<(Option<TensorDict>, Option<TensorDict>)> {
+        match self {
+            Dispatch::Threads(b) => b.gather(op, envs),
+            Dispatch::Procs(_) => None,
+        }
+    }
+
     /// Counts a batch taken by a receive in the exchange's statistics.
     pub(crate) fn record_batch(&self, envs: &[usize], max_get: Option<usize>, op: Op) {
         match self {

@@ -180,7 +180,13 @@ impl PoolBuilder {
                     .into_iter()
                     .map(EnvMaker::into_factory)
                     .collect();
-                Dispatch::Threads(ThreadBackend::start(factories, &ThreadOptions { threads })?)
+                let options = ThreadOptions {
+                    threads,
+                    // A dense batch gathers every result into rows of one
+                    // batch: the workers do it as they publish.
+                    batch_rows: self.stack == StackMode::Dense,
+                };
+                Dispatch::Threads(ThreadBackend::start(factories, &options)?)
             }
             Backend::Multiprocessing(options) => {
                 let mut entries = Vec::with_capacity(self.makers.len());
@@ -682,6 +688,36 @@ impl AsyncEnvPool {
         })
     }
 
+    /// The root part of a dense batch of step results: the sent rows of
+    /// each taken env, in order.
+    fn step_roots(&self, taken: &Taken) -> Result<TensorDict, PoolError> {
+        let k = taken.envs.len();
+        let same_send = taken.sent.iter().all(|s| match (&s.td, &taken.sent[0].td) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        });
+        let in_order = taken.sent.iter().enumerate().all(|(j, s)| s.row == Some(j));
+        match &taken.sent[0].td {
+            // The sync path: every row of one send, in order. The sent
+            // tensordict is the root batch itself.
+            Some(td) if same_send && in_order && td.batch_size().first() == Some(&k) => {
+                Ok(TensorDict::clone(td))
+            }
+            _ => {
+                let template = Self::root_row(&taken.sent[0])?;
+                let mut batch = TensorDict::zeros_stacked(&template, k)?;
+                for (j, sent) in taken.sent.iter().enumerate() {
+                    match (&sent.td, sent.row) {
+                        (Some(td), Some(row)) => batch.copy_row(j, td, row)?,
+                        (Some(td), None) => batch.write_row(j, td)?,
+                        (None, _) => {}
+                    }
+                }
+                Ok(batch)
+            }
+        }
+    }
+
     /// Builds the batch of step results (root rows and `"next"`) and, for
     /// step-and-maybe-reset, the batch of next roots.
     fn build(
@@ -695,55 +731,42 @@ impl AsyncEnvPool {
         let wants_root = op != Op::Step;
         let wants_step = op != Op::Reset;
         if self.stack == StackMode::Dense {
-            let mut step_batch = None;
-            let mut next_batch = None;
-            if wants_step {
-                let template = Self::root_row(&taken.sent[0])?;
-                step_batch = Some(TensorDict::zeros_stacked(&template, k)?);
-                next_batch = Some(TensorDict::zeros_stacked(&self.templates[first].0, k)?);
-            }
-            let mut root_batch = if wants_root {
-                Some(TensorDict::zeros_stacked(&self.templates[first].1, k)?)
+            let step_batch = if wants_step {
+                Some(self.step_roots(taken)?)
             } else {
                 None
             };
-            if let Some(batch) = step_batch.as_mut() {
-                let same_send = taken.sent.iter().all(|s| match (&s.td, &taken.sent[0].td) {
-                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                    _ => false,
-                });
-                let in_order = taken.sent.iter().enumerate().all(|(j, s)| s.row == Some(j));
-                match &taken.sent[0].td {
-                    // The sync path: every row of one send, in order. The
-                    // sent tensordict is the root batch itself.
-                    Some(td) if same_send && in_order && td.batch_size().first() == Some(&k) => {
-                        *batch = TensorDict::clone(td);
-                    }
-                    _ => {
-                        for (j, sent) in taken.sent.iter().enumerate() {
-                            match (&sent.td, sent.row) {
-                                (Some(td), Some(row)) => batch.copy_row(j, td, row)?,
-                                (Some(td), None) => batch.write_row(j, td)?,
-                                (None, _) => {}
-                            }
+            // The results: from the batch rows the workers filled, else read
+            // in place, column by column. The envs are released only once
+            // the whole batch is built, so that a batch that cannot be built
+            // loses nothing.
+            let (next_batch, root_batch) = match backend.gather(op, &taken.envs) {
+                Some(batches) => batches,
+                None => {
+                    let mut next_batch = if wants_step {
+                        Some(TensorDict::zeros_stacked(&self.templates[first].0, k)?)
+                    } else {
+                        None
+                    };
+                    let mut root_batch = if wants_root {
+                        Some(TensorDict::zeros_stacked(&self.templates[first].1, k)?)
+                    } else {
+                        None
+                    };
+                    backend.peek_many(&taken.envs, |outputs| -> Result<(), PoolError> {
+                        if let Some(next) = next_batch.as_mut() {
+                            let rows: Vec<&TensorDict> = outputs.iter().map(|o| o.next).collect();
+                            next.write_rows(&rows)?;
                         }
-                    }
+                        if let Some(root) = root_batch.as_mut() {
+                            let rows: Vec<&TensorDict> = outputs.iter().map(|o| o.root).collect();
+                            root.write_rows(&rows)?;
+                        }
+                        Ok(())
+                    })??;
+                    (next_batch, root_batch)
                 }
-            }
-            // Read in place, column by column; the envs are released only
-            // once the whole batch is built, so that a batch that cannot be
-            // built loses nothing.
-            backend.peek_many(&taken.envs, |outputs| -> Result<(), PoolError> {
-                if let Some(next) = next_batch.as_mut() {
-                    let rows: Vec<&TensorDict> = outputs.iter().map(|o| o.next).collect();
-                    next.write_rows(&rows)?;
-                }
-                if let Some(root) = root_batch.as_mut() {
-                    let rows: Vec<&TensorDict> = outputs.iter().map(|o| o.root).collect();
-                    root.write_rows(&rows)?;
-                }
-                Ok(())
-            })??;
+            };
             let env_index = NonTensor::Stack(
                 taken
                     .envs

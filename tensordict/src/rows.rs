@@ -38,7 +38,7 @@ impl TensorDict {
     /// tensor here is shared (copy on write).
     pub fn write_row(&mut self, row: usize, src: &TensorDict) -> Result<(), TensorDictError> {
         self.check_row(row, src.batch_size())?;
-        write_columns(self, &[src], row, &NestedKey::default())
+        write_columns(self, &[src], RowsAt::From(row), &NestedKey::default())
     }
 
     /// Writes `rows[j]` into row `j` of this batch, for every `j`: as
@@ -63,7 +63,82 @@ impl TensorDict {
                 });
             }
         }
-        write_columns(self, rows, 0, &NestedKey::default())
+        write_columns(self, rows, RowsAt::From(0), &NestedKey::default())
+    }
+
+    /// Writes `rows[j]` into row `at[j]` of this batch, for every `j`,
+    /// column by column (each tensor of the batch is made writable once):
+    /// as [`TensorDict::write_rows`] for rows that are not consecutive. Every
+    /// row has exactly the batch's keys, dtypes and row shapes and every
+    /// `at[j]` is a row of the batch (an error naming the first key and row
+    /// that differ; the batch may then be partly written).
+    pub fn write_rows_at(
+        &mut self,
+        at: &[usize],
+        rows: &[&TensorDict],
+    ) -> Result<(), TensorDictError> {
+        if at.len() != rows.len() {
+            return Err(TensorDictError::StackBatchSize {
+                index: 0,
+                expected: vec![at.len()],
+                found: vec![rows.len()],
+            });
+        }
+        let (&len, rest) = self
+            .batch_size()
+            .split_first()
+            .ok_or(TensorDictError::ZeroDim { what: "row copy" })?;
+        for (&row, src) in at.iter().zip(rows) {
+            if row >= len || !same_shape(rest, src.batch_size()) {
+                self.check_row(row, src.batch_size())?;
+            }
+        }
+        write_columns(self, rows, RowsAt::At(at), &NestedKey::default())
+    }
+
+    /// Rows `rows` of this batch (in that order, repeats allowed) as a new
+    /// batch of batch size `[rows.len(), ..]`: each tensor copied into a new
+    /// storage row by row, each non-tensor stack picked. An error if a row
+    /// is out of range or a non-tensor entry is not a stack.
+    pub fn gather_rows(&self, rows: &[usize]) -> Result<TensorDict, TensorDictError> {
+        let len = *self
+            .batch_size()
+            .first()
+            .ok_or(TensorDictError::ZeroDim { what: "row gather" })?;
+        if let Some(&index) = rows.iter().find(|&&r| r >= len) {
+            return Err(TensorDictError::IndexOutOfRange { index, len });
+        }
+        gather_at(self, rows, &NestedKey::default())
+    }
+
+    /// Rows `rows` of this batch written into `out`, a batch of
+    /// `rows.len()` rows with this batch's keys, dtypes and row shapes (as
+    /// [`TensorDict::gather_rows`] made it): the same result, in `out`'s
+    /// storage when nobody else holds it (copy on write otherwise), so a
+    /// caller that keeps `out` allocates nothing. An error if a row is out of
+    /// range or `out` is not shaped so (it may then be partly written).
+    pub fn gather_rows_into(
+        &self,
+        rows: &[usize],
+        out: &mut TensorDict,
+    ) -> Result<(), TensorDictError> {
+        let len = *self
+            .batch_size()
+            .first()
+            .ok_or(TensorDictError::ZeroDim { what: "row gather" })?;
+        if let Some(&index) = rows.iter().find(|&&r| r >= len) {
+            return Err(TensorDictError::IndexOutOfRange { index, len });
+        }
+        if out.batch_size().first() != Some(&rows.len())
+            || !same_shape(&out.batch_size()[1..], &self.batch_size()[1..])
+        {
+            return Err(TensorDictError::StackBatchSize {
+                index: 0,
+                expected: out.batch_size().to_vec(),
+                found: self.batch_size().to_vec(),
+            });
+        }
+        gather_into_at(self, rows, out, &NestedKey::default())
     }
 
     /// Copies row `src_row` of the batch `src` into row `row` of this batch
@@ -111,7 +186,7 @@ impl TensorDict {
             .batch_size()
             .split_first()
             .ok_or(TensorDictError::ZeroDim { what: "row copy" })?;
-        if rest != row_batch {
+        if !same_shape(rest, row_batch) {
             return Err(TensorDictError::StackBatchSize {
                 index: row,
                 expected: rest.to_vec(),
@@ -239,77 +314,146 @@ fn copy_row_at(
     Ok(())
 }
 
-/// Writes `rows[j]` into row `first + j` of `batch`, one entry (column) at
-/// a time; errors name the batch row.
+/// Where each written row goes: row `first + j`, or row `at[j]`.
+#[derive(Clone, Copy)]
+enum RowsAt<'a> {
+    From(usize),
+    At(&'a [usize]),
+}
+
+impl RowsAt<'_> {
+    fn get(self, j: usize) -> usize {
+        match self {
+            RowsAt::From(first) => first + j,
+            RowsAt::At(at) => at[j],
+        }
+    }
+}
+
+/// Copies `src` into `dst` (of the same length): the sizes of a small row
+/// (one scalar, a few values) as fixed-size moves, without a `memcpy` call.
+#[inline(always)]
+fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    #[inline]
+    fn fixed<const N: usize>(dst: &mut [u8], src: &[u8]) {
+        let dst: &mut [u8; N] = dst.try_into().expect("lengths checked by the caller");
+        let src: &[u8; N] = src.try_into().expect("one length");
+        *dst = *src;
+    }
+    match src.len() {
+        1 => fixed::<1>(dst, src),
+        2 => fixed::<2>(dst, src),
+        4 => fixed::<4>(dst, src),
+        8 => fixed::<8>(dst, src),
+        16 => fixed::<16>(dst, src),
+        _ => dst.copy_from_slice(src),
+    }
+}
+
+/// Whether two shapes are equal, without a `memcmp` call (shapes are short).
+#[inline]
+fn same_shape(a: &[usize], b: &[usize]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// The error for row `j`'s entry at `position` when its key is not the
+/// batch's, if it is not.
+fn check_name(
+    row: &TensorDict,
+    position: usize,
+    name: &str,
+    at: usize,
+    prefix: &NestedKey,
+) -> Result<(), TensorDictError> {
+    let (row_name, _) = row.entries().at_named(position);
+    if crate::entries::same_name(row_name, name) {
+        Ok(())
+    } else {
+        Err(row_mismatch(
+            prefix.child(row_name),
+            at,
+            "has this key but the batch does not".into(),
+        ))
+    }
+}
+
+/// Writes `rows[j]` into row `at.get(j)` of `batch`, one entry (column) at
+/// a time: each column is checked for every row, then written (so each
+/// tensor of the batch is made writable once per call); errors name the
+/// batch row.
 fn write_columns(
     batch: &mut TensorDict,
     rows: &[&TensorDict],
-    first: usize,
+    at: RowsAt<'_>,
     prefix: &NestedKey,
 ) -> Result<(), TensorDictError> {
     for (j, row) in rows.iter().enumerate() {
         if row.len() != batch.len() {
-            return Err(key_set_mismatch(batch, row, first + j, prefix));
+            return Err(key_set_mismatch(batch, row, at.get(j), prefix));
         }
     }
     for position in 0..batch.len() {
         let (name, target) = batch.entries_mut().at_named_mut(position);
-        // The same entry of every row, checked against the batch's.
-        let mut column: Vec<&Entry> = Vec::with_capacity(rows.len());
-        for (j, row) in rows.iter().enumerate() {
-            let (row_name, entry) = row.entries().at_named(position);
-            if !crate::entries::same_name(row_name, name) {
-                return Err(row_mismatch(
-                    prefix.child(row_name),
-                    first + j,
-                    "has this key but the batch does not".into(),
-                ));
+        let column = |j: usize| rows[j].entries().at_named(position).1;
+        if !matches!(target, Entry::Tensor(_)) {
+            for (j, row) in rows.iter().enumerate() {
+                check_name(row, position, name, at.get(j), prefix)?;
             }
-            column.push(entry);
         }
         match target {
             Entry::Tensor(dst) => {
                 let n = dst.nbytes() / dst.shape()[0].max(1);
-                let (dtype, row_shape) = (dst.dtype(), dst.shape()[1..].to_vec());
-                for (j, entry) in column.iter().enumerate() {
+                let dtype = dst.dtype();
+                let row_shape: Shape = Shape::from_slice(&dst.shape()[1..]);
+                // One pass: each row checked, then written (an error leaves
+                // the rows before it written).
+                let bytes = dst.bytes_mut();
+                for (j, src) in rows.iter().enumerate() {
+                    let (row_name, entry) = src.entries().at_named(position);
+                    if !crate::entries::same_name(row_name, name) {
+                        check_name(src, position, name, at.get(j), prefix)?;
+                    }
                     match entry {
-                        Entry::Tensor(t) if t.dtype() == dtype && t.shape() == row_shape.as_slice() => {}
+                        Entry::Tensor(t) if t.dtype() == dtype && same_shape(t.shape(), &row_shape) => {
+                            let row = at.get(j);
+                            copy_bytes(&mut bytes[row * n..(row + 1) * n], t.as_bytes());
+                        }
                         Entry::Tensor(t) => {
                             return Err(row_mismatch(
                                 prefix.child(name),
-                                first + j,
+                                at.get(j),
                                 format!(
                                     "has shape {:?} and dtype {} but the batch rows have shape {row_shape:?} and dtype {dtype}",
                                     t.shape(),
-                                    t.dtype()
+                                    t.dtype(),
                                 ),
                             ))
                         }
                         other => {
                             return Err(row_mismatch(
                                 prefix.child(name),
-                                first + j,
+                                at.get(j),
                                 format!("is a {} but the batch holds a tensor", other.kind()),
                             ))
                         }
                     }
                 }
-                let bytes = dst.bytes_mut();
-                for (j, entry) in column.iter().enumerate() {
-                    if let Entry::Tensor(t) = entry {
-                        let at = first + j;
-                        bytes[at * n..(at + 1) * n].copy_from_slice(t.as_bytes());
-                    }
-                }
             }
-            Entry::NonTensor(NonTensor::Stack(items)) if first + rows.len() <= items.len() => {
-                for (j, entry) in column.iter().enumerate() {
-                    match entry {
-                        Entry::NonTensor(v) => items[first + j] = v.clone(),
+            Entry::NonTensor(NonTensor::Stack(items)) => {
+                for j in 0..rows.len() {
+                    let row = at.get(j);
+                    match column(j) {
+                        Entry::NonTensor(v) if row < items.len() => items[row] = v.clone(),
+                        Entry::NonTensor(_) => {
+                            return Err(TensorDictError::IndexOutOfRange {
+                                index: row,
+                                len: items.len(),
+                            })
+                        }
                         other => {
                             return Err(row_mismatch(
                                 prefix.child(name),
-                                first + j,
+                                row,
                                 format!("is a {} but the batch holds a non-tensor", other.kind()),
                             ))
                         }
@@ -318,26 +462,131 @@ fn write_columns(
             }
             Entry::Dict(dst) => {
                 let mut subs = Vec::with_capacity(rows.len());
-                for (j, entry) in column.iter().enumerate() {
-                    match entry {
+                for j in 0..rows.len() {
+                    match column(j) {
                         Entry::Dict(d) => subs.push(d),
                         other => {
                             return Err(row_mismatch(
                                 prefix.child(name),
-                                first + j,
+                                at.get(j),
                                 format!("is a {} but the batch holds a tensordict", other.kind()),
                             ))
                         }
                     }
                 }
                 let key = prefix.child(name);
-                write_columns(dst, &subs, first, &key)?;
+                write_columns(dst, &subs, at, &key)?;
             }
             other => {
                 return Err(row_mismatch(
                     prefix.child(name),
-                    first,
+                    at.get(0),
                     format!("cannot be written: the batch holds a {}", other.kind()),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rows `rows` of `batch`, in that order, as a new batch.
+fn gather_at(
+    batch: &TensorDict,
+    rows: &[usize],
+    prefix: &NestedKey,
+) -> Result<TensorDict, TensorDictError> {
+    let mut size: Shape = Shape::with_capacity(batch.batch_size().len());
+    size.push(rows.len());
+    size.extend_from_slice(&batch.batch_size()[1..]);
+    let mut out = TensorDict::new(&size);
+    for (name, entry) in batch.entries().iter() {
+        let gathered = match entry {
+            Entry::Tensor(t) => {
+                let mut shape: Shape = Shape::from_slice(t.shape());
+                shape[0] = rows.len();
+                let mut g = Tensor::try_zeros(t.dtype(), &shape)?;
+                let n = t.nbytes() / t.shape()[0].max(1);
+                if n > 0 {
+                    let src = t.as_bytes();
+                    for (chunk, &row) in g.bytes_mut().chunks_exact_mut(n).zip(rows) {
+                        copy_bytes(chunk, &src[row * n..(row + 1) * n]);
+                    }
+                }
+                Entry::Tensor(g)
+            }
+            Entry::NonTensor(NonTensor::Stack(items)) => Entry::NonTensor(NonTensor::Stack(
+                rows.iter().map(|&r| items[r].clone()).collect(),
+            )),
+            Entry::NonTensor(v) => {
+                return Err(row_mismatch(
+                    prefix.child(name),
+                    0,
+                    format!(
+                        "is a single {} where a stack of rows was expected",
+                        v.kind()
+                    ),
+                ))
+            }
+            Entry::Dict(d) => Entry::Dict(gather_at(d, rows, &prefix.child(name))?),
+        };
+        out.insert_raw(name.clone(), gathered);
+    }
+    Ok(out)
+}
+
+/// Rows `rows` of `batch` written into `out` (same keys, `rows.len()`
+/// rows).
+fn gather_into_at(
+    batch: &TensorDict,
+    rows: &[usize],
+    out: &mut TensorDict,
+    prefix: &NestedKey,
+) -> Result<(), TensorDictError> {
+    if batch.len() != out.len() {
+        return Err(key_set_mismatch(out, batch, 0, prefix));
+    }
+    for position in 0..out.len() {
+        let (name, target) = out.entries_mut().at_named_mut(position);
+        let (src_name, entry) = batch.entries().at_named(position);
+        if !crate::entries::same_name(name, src_name) {
+            return Err(row_mismatch(
+                prefix.child(src_name),
+                0,
+                "has this key but the gathered batch does not".into(),
+            ));
+        }
+        match (target, entry) {
+            (Entry::Tensor(dst), Entry::Tensor(t))
+                if dst.dtype() == t.dtype() && same_shape(&dst.shape()[1..], &t.shape()[1..]) =>
+            {
+                let n = t.nbytes() / t.shape()[0].max(1);
+                if n > 0 {
+                    let src = t.as_bytes();
+                    for (chunk, &row) in dst.bytes_mut().chunks_exact_mut(n).zip(rows) {
+                        copy_bytes(chunk, &src[row * n..(row + 1) * n]);
+                    }
+                }
+            }
+            (
+                Entry::NonTensor(NonTensor::Stack(items)),
+                Entry::NonTensor(NonTensor::Stack(src)),
+            ) if items.len() == rows.len() => {
+                for (item, &row) in items.iter_mut().zip(rows) {
+                    *item = src[row].clone();
+                }
+            }
+            (Entry::Dict(dst), Entry::Dict(d)) => {
+                gather_into_at(d, rows, dst, &prefix.child(name))?
+            }
+            (target, entry) => {
+                return Err(row_mismatch(
+                    prefix.child(name),
+                    0,
+                    format!(
+                        "is a {} here but the gathered batch holds a {} of another shape",
+                        entry.kind(),
+                        target.kind()
+                    ),
                 ))
             }
         }
@@ -352,9 +601,20 @@ fn read_at(
     dst: &mut TensorDict,
     prefix: &NestedKey,
 ) -> Result<(), TensorDictError> {
+    // Where the next key is likely to be in `batch` (both levels are
+    // sorted; often one has the other's keys, or a few more).
+    let mut hint = 0;
     for position in 0..dst.len() {
         let (name, target) = dst.entries_mut().at_named_mut(position);
-        let Some(source) = batch.entries().get(name) else {
+        let entries = batch.entries();
+        let found =
+            if hint < entries.len() && crate::entries::same_name(entries.at_named(hint).0, name) {
+                Some(hint)
+            } else {
+                entries.position(name).ok()
+            };
+        hint = found.map_or(hint, |i| i + 1);
+        let Some(source) = found.map(|i| batch.entries().at(i)) else {
             return Err(TensorDictError::KeyNotFound {
                 key: prefix.child(name),
                 available: batch.iter().map(|(k, _)| k.to_owned()).collect(),
@@ -364,7 +624,7 @@ fn read_at(
             |what: &str, reason: String| row_mismatch(prefix.child(what), row.unwrap_or(0), reason);
         match (target, source) {
             (Entry::Tensor(t), Entry::Tensor(src)) => {
-                if src.dtype() != t.dtype() || row_shape(src, row) != t.shape() {
+                if src.dtype() != t.dtype() || !same_shape(row_shape(src, row), t.shape()) {
                     return Err(mismatch(
                         name,
                         format!(
@@ -377,7 +637,7 @@ fn read_at(
                     ));
                 }
                 let n = t.nbytes();
-                t.bytes_mut().copy_from_slice(row_bytes(src, row, n));
+                copy_bytes(t.bytes_mut(), row_bytes(src, row, n));
             }
             (Entry::NonTensor(v), Entry::NonTensor(src)) => {
                 *v = match row {
@@ -507,6 +767,46 @@ mod tests {
         let mut extra = step(0.0, 0);
         extra.set("zzz", Tensor::scalar(1u8)).unwrap();
         assert!(batch.write_rows(&[&rows[0], &rows[1], &extra]).is_err());
+    }
+
+    #[test]
+    fn write_rows_at_scatters_and_gather_rows_picks() {
+        let rows = [step(0.0, 0), step(1.0, 1), step(2.0, 2)];
+        let mut batch = TensorDict::zeros_stacked(&rows[0], 4).unwrap();
+        batch
+            .write_rows_at(&[3, 0, 2], &[&rows[0], &rows[1], &rows[2]])
+            .unwrap();
+        assert_eq!(batch.index(3).unwrap(), rows[0]);
+        assert_eq!(batch.index(0).unwrap(), rows[1]);
+        assert_eq!(batch.index(2).unwrap(), rows[2]);
+        let mut picked = batch.gather_rows(&[0, 2, 3]).unwrap();
+        let stack = |r: [usize; 3]| TensorDict::stack(&r.map(|i| rows[i].clone())).unwrap();
+        assert_eq!(picked, stack([1, 2, 0]));
+        // Into a batch held by nobody else: in place; held: copied first.
+        let held = picked.clone();
+        batch.gather_rows_into(&[3, 3, 0], &mut picked).unwrap();
+        assert_eq!(picked, stack([0, 0, 1]));
+        assert_eq!(held, stack([1, 2, 0]));
+        let before = picked.tensor("observation").unwrap().as_bytes().as_ptr();
+        batch.gather_rows_into(&[2, 0, 3], &mut picked).unwrap();
+        assert_eq!(
+            picked.tensor("observation").unwrap().as_bytes().as_ptr(),
+            before
+        );
+        assert!(batch.gather_rows_into(&[0, 1], &mut picked).is_err());
+        assert!(batch.gather_rows_into(&[0, 1, 4], &mut picked).is_err());
+        assert!(batch.gather_rows(&[4]).is_err());
+        assert!(batch.write_rows_at(&[4], &[&rows[0]]).is_err());
+        assert!(batch.write_rows_at(&[0, 1], &[&rows[0]]).is_err());
+        let mut bad = step(3.0, 3);
+        bad.set("observation", Tensor::zeros(DType::F32, &[4]))
+            .unwrap();
+        let err = batch.write_rows_at(&[1], &[&bad]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(r#"at key "observation", tensordict 1"#),
+            "{err}"
+        );
     }
 
     #[test]

@@ -73,6 +73,8 @@ pub struct Tensor {
     shape: Shape,
     /// Offset of the first element, in bytes (a multiple of the dtype size).
     offset: usize,
+    /// Size of the viewed elements in bytes (kept: every access needs it).
+    nbytes: usize,
     storage: Arc<Storage>,
 }
 
@@ -106,6 +108,7 @@ impl Tensor {
             dtype,
             shape: shape.into(),
             offset: 0,
+            nbytes,
             storage: Arc::new(Storage::zeroed(nbytes)),
         })
     }
@@ -217,12 +220,12 @@ impl Tensor {
 
     /// Size of the elements in bytes.
     pub fn nbytes(&self) -> usize {
-        self.numel() * self.dtype.size()
+        self.nbytes
     }
 
     /// The elements' bytes, row-major, native (little-endian) order.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.storage.bytes()[self.offset..self.offset + self.nbytes()]
+        &self.storage.bytes()[self.offset..self.offset + self.nbytes]
     }
 
     /// Makes this tensor the only owner of the bytes it views, copying them
@@ -232,8 +235,8 @@ impl Tensor {
         // one means no other tensor can see it: a plain load, where
         // `Arc::get_mut` (below, once) pays an atomic compare-and-swap.
         if Arc::strong_count(&self.storage) != 1 {
-            let mut storage = Storage::zeroed(self.nbytes());
-            storage.bytes_mut()[..self.nbytes()].copy_from_slice(self.as_bytes());
+            let mut storage = Storage::zeroed(self.nbytes);
+            storage.bytes_mut()[..self.nbytes].copy_from_slice(self.as_bytes());
             self.storage = Arc::new(storage);
             self.offset = 0;
         }
@@ -242,7 +245,7 @@ impl Tensor {
     /// The elements' bytes, writable; copies them first if shared.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.make_unique();
-        let range = self.offset..self.offset + self.nbytes();
+        let range = self.offset..self.offset + self.nbytes;
         let storage = Arc::get_mut(&mut self.storage).expect("unique after make_unique");
         &mut storage.bytes_mut()[range]
     }
@@ -365,6 +368,7 @@ impl Tensor {
             dtype: self.dtype,
             shape: rest.into(),
             offset: self.offset + index * row_bytes,
+            nbytes: row_bytes,
             storage: Arc::clone(&self.storage),
         })
     }
@@ -399,7 +403,7 @@ impl Tensor {
         shape.extend_from_slice(&first.shape);
         // Checked even when nothing is copied: a zero-sized row can make a
         // shape whose element count overflows.
-        Tensor::nbytes_of(first.dtype, &shape)?;
+        let nbytes = Tensor::nbytes_of(first.dtype, &shape)?;
         let row = first.nbytes();
         let side_by_side = tensors.iter().enumerate().all(|(i, t)| {
             Arc::ptr_eq(&t.storage, &first.storage) && t.offset == first.offset + i * row
@@ -409,6 +413,7 @@ impl Tensor {
                 dtype: first.dtype,
                 shape,
                 offset: first.offset,
+                nbytes,
                 storage: Arc::clone(&first.storage),
             });
         }

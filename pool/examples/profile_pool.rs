@@ -1,0 +1,135 @@
+//! A fixed amount of pool work for profilers: the loops of
+//! `pool/benches/pool.rs` (`raw`, `sync_step`, `async_half`,
+//! `async_step_half`) run a given number of times, so that instruction
+//! counts (`valgrind --tool=callgrind`) compare two versions of the pool
+//! without the noise of wall-clock time on a shared machine.
+//!
+//! Run: `cargo run --release -p pool --example profile_pool -- sync 64 1000`
+//! (`raw`, `sync`, `async`, `async_step`; env count; iterations; env name,
+//! default `CartPole-v1`). Prints the wall-clock time per env-step too.
+
+use std::time::Instant;
+
+use envs::{Env, Kwargs};
+use pool::{AsyncEnvPool, Recv, Target};
+use tensordict::{Tensor, TensorDict};
+
+fn actions(n: usize) -> TensorDict {
+    let mut td = TensorDict::new(&[n]);
+    td.set("action", Tensor::full(&[n, 1], 1i64))
+        .expect("batch [n]");
+    td
+}
+
+fn kwargs(name: &str) -> Kwargs {
+    if name == "CountingEnv" {
+        Kwargs::new().with("max_steps", i64::from(i32::MAX))
+    } else {
+        Kwargs::new()
+    }
+}
+
+fn pool_of(name: &str, n: usize) -> AsyncEnvPool {
+    let pool = AsyncEnvPool::builder()
+        .registered_n(name, n, kwargs(name))
+        .build()
+        .expect("a pool of reference envs");
+    pool.reset(None).expect("reset");
+    pool
+}
+
+fn env_ids(step: &tensordict::StackedTensorDict) -> Vec<usize> {
+    step.get_non_tensor("env_index")
+        .expect("env_index")
+        .as_int_vec()
+        .expect("ints")
+        .into_iter()
+        .map(|i| i as usize)
+        .collect()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mode = args.first().map_or("sync", String::as_str);
+    let n: usize = args.get(1).map_or(64, |s| s.parse().expect("env count"));
+    let iters: usize = args.get(2).map_or(1000, |s| s.parse().expect("iterations"));
+    let name = args.get(3).map_or("CartPole-v1", String::as_str);
+    let start;
+    let steps;
+    match mode {
+        "raw" => {
+            let mut envs: Vec<(Box<dyn Env>, TensorDict, TensorDict)> = (0..n)
+                .map(|_| {
+                    let mut env = envs::make(name, &kwargs(name)).expect("env");
+                    let mut root = env.reset(None).expect("reset");
+                    root.set("action", Tensor::full(&[1], 1i64)).expect("[]");
+                    let next = env.step_template();
+                    (env, root, next)
+                })
+                .collect();
+            start = Instant::now();
+            for _ in 0..iters {
+                for (env, root, next) in envs.iter_mut() {
+                    env.step_into(std::hint::black_box(root), next)
+                        .expect("step");
+                    if next
+                        .tensor("done")
+                        .expect("done")
+                        .as_slice::<bool>()
+                        .expect("bool")[0]
+                    {
+                        env.reset_into(None, root).expect("reset");
+                    }
+                }
+            }
+            steps = iters * n;
+        }
+        "sync" => {
+            let pool = pool_of(name, n);
+            let td = actions(n);
+            start = Instant::now();
+            for i in 1..=iters {
+                let out = pool.step(td.clone()).expect("step");
+                std::hint::black_box(out);
+                if name == "CartPole-v1" && i % 8 == 0 {
+                    pool.reset(None).expect("reset");
+                }
+            }
+            steps = iters * n;
+        }
+        "async" | "async_step" => {
+            let pool = pool_of(name, n);
+            let half = n / 2;
+            let recv = Recv::new().min_get(half).max_get(half);
+            let half_actions = actions(half);
+            let with_reset = mode == "async";
+            if with_reset {
+                pool.async_step_and_maybe_reset_send(actions(n), Target::All)
+                    .expect("send");
+            } else {
+                pool.async_step_send(actions(n), Target::All).expect("send");
+            }
+            start = Instant::now();
+            for _ in 0..iters {
+                if with_reset {
+                    let (step, _root) = pool.async_step_and_maybe_reset_recv(recv).expect("recv");
+                    let ids = env_ids(&step);
+                    pool.async_step_and_maybe_reset_send(half_actions.clone(), Target::Envs(ids))
+                        .expect("send");
+                } else {
+                    let step = pool.async_step_recv(recv).expect("recv");
+                    let ids = env_ids(&step);
+                    pool.async_step_send(half_actions.clone(), Target::Envs(ids))
+                        .expect("send");
+                }
+            }
+            steps = iters * half;
+        }
+        other => panic!("unknown mode {other:?}: raw, sync, async or async_step"),
+    }
+    let elapsed = start.elapsed();
+    println!(
+        "{mode} {name} x{n}: {iters} iterations, {:.1} ns per env-step",
+        elapsed.as_nanos() as f64 / steps as f64
+    );
+}
