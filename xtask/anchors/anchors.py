@@ -32,6 +32,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -489,7 +490,7 @@ def ensure(venvs: str, name: str) -> dict:
                 [python, "-m", "pip", "install", "--disable-pip-version-check", choice],
                 capture_output=True, text=True,
             )
-            log_name = choice.replace("==", "-")
+            log_name = re.sub(r"[^A-Za-z0-9._-]+", "-", choice).strip("-")
             with open(os.path.join(log_dir, f"pip-{name}-{log_name}.log"), "w") as log:
                 log.write(done.stdout + done.stderr)
             attempt = {"package": choice, "seconds": round(time.perf_counter() - started, 1), "ok": done.returncode == 0}
@@ -785,10 +786,12 @@ def plot(doc, path):
                 ax.set_ylabel("env-steps per second")
             ax.legend(fontsize=7, loc="best")
     m = doc["machine"]
+    missing = sorted({r["system"] for r in doc["measurements"] if not r["num_envs"]})
     fig.suptitle(
         f"rlpool and its anchors: {m.get('cores')} cores, {m.get('cpu', '')}, {doc['date'][:10]}; "
         f"load {doc['load_before']['load_1m']:.1f} before, {doc.get('load_after', {}).get('load_1m', float('nan')):.1f} after; "
-        f"{doc['seconds_per_measurement']} s per point; dotted: raw loops",
+        f"{doc['seconds_per_measurement']} s per point; dotted: raw loops"
+        + (f"; NOT INSTALLED: {', '.join(missing)}" if missing else ""),
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0, 1, 0.97))
@@ -815,6 +818,9 @@ def cmd_table(args):
     with open(args.json) as f:
         doc = json.load(f)
     sizes = doc["sizes"]
+    for r in doc["measurements"]:
+        if not r["num_envs"]:
+            print(f"{r['system']}: NOT MEASURED ({r['status']}): {r['error']}\n")
     for env in ENVS:
         cells = {}
         for r in doc["measurements"]:
