@@ -100,6 +100,9 @@ NOTES = {
     "envpool": "EnvPool's envs are C++; it runs no Python env, so its no-op "
     "workload is its cheapest toy env.",
     "gymnasium": "AsyncVectorEnv runs one process per env (64 processes at N = 64).",
+    "torchrl": "The TorchRL measurements of this driver had not yet been run when "
+    "it was written (torch is a download of several GB): a failure is recorded "
+    "per measurement.",
 }
 
 # --------------------------------------------------------------------------
@@ -388,9 +391,13 @@ def measure_torchrl(env, n, seconds):
                     p.async_step_and_maybe_reset_send(p.rand_action(root))
 
                     def step():
+                        # recv gives (results, next roots), both with "env_index".
                         _, got = p.async_step_and_maybe_reset_recv(min_get=min_get)
-                        p.async_step_and_maybe_reset_send(p.rand_action(got))
-                        return got.shape[0]
+                        idx = got.get("env_index")
+                        idx = list(idx.tolist() if hasattr(idx, "tolist") else idx)
+                        got.update(p.full_action_spec.rand()[idx])
+                        p.async_step_and_maybe_reset_send(got)
+                        return len(idx)
 
                 return timed(step, seconds)
             finally:
