@@ -3,11 +3,16 @@
 //! `cargo xtask test-all` runs every check we have: formatting, clippy with
 //! warnings denied, the whole test suite (unit, integration and doc tests)
 //! and the loom models of the exchange protocol (`cargo xtask loom`).
-//! `cargo xtask bench` runs the benchmarks; `cargo xtask fuzz` builds the
-//! fuzz targets of `fuzz/` with libFuzzer and runs them. The binary needs
-//! nothing but cargo and rustc (and, for `fuzz`, a C++ compiler): it finds the workspace root from its own manifest
+//! `cargo xtask bench` runs the benchmarks; `cargo xtask bench --anchors`
+//! measures rlpool side by side with EnvPool, PufferLib and Gymnasium (see
+//! `anchors.rs`); `cargo xtask fuzz` builds the fuzz targets of `fuzz/`
+//! with libFuzzer and runs them; `cargo xtask soak` runs the soak test. The
+//! binary needs nothing but cargo and rustc (and, for `fuzz`, a C++
+//! compiler): it finds the workspace root from its own manifest
 //! directory and runs cargo through `$CARGO`.
 #![forbid(unsafe_code)]
+
+mod anchors;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -22,6 +27,12 @@ commands:
              cargo doc (warnings denied), the benchmarks once in test mode, loom
   bench      run the benchmarks (divan) of every crate that has some;
              extra arguments are passed to the benchmark binaries
+  bench --anchors [--with-torchrl] [--seconds S] [--sizes N,N,...]
+             rlpool side by side with Gymnasium, EnvPool and PufferLib (and
+             TorchRL: a download of several GB) on CartPole-v1 and a no-op env,
+             sync and async, N in {2, 8, 32, 64}, 0.5 s per measurement: needs
+             python3 and PyPI; one venv per anchor under target/bench/venv
+             (reused); writes target/bench/anchors.json and anchors.svg
   loom       model-check the exchange protocol with loom (--cfg loom, release,
              target/loom; LOOM_MAX_PREEMPTIONS=3 unless already set)
   soak       --minutes N: two process pools (queue and shm exchanges) driven at
@@ -130,6 +141,12 @@ fn test_all() -> Result<(), String> {
 }
 
 fn bench(extra: &[String]) -> Result<(), String> {
+    if extra.iter().any(|a| a == "--anchors") {
+        return anchors::run(extra);
+    }
+    if extra.iter().any(|a| a == "--with-torchrl") {
+        return Err("--with-torchrl goes with --anchors".to_string());
+    }
     let mut bench = cargo();
     bench.args(["bench", "--workspace"]);
     if !extra.is_empty() {
