@@ -77,10 +77,14 @@ impl Runner {
     /// entries, `next` the step template, `root` the step template without
     /// the reward.
     pub fn new(env: &dyn Env) -> Runner {
+        let next = env.step_template();
+        // The root shares the step buffer's keys, so that copying one into
+        // the other compares keys by address.
+        let root = next.exclude(env.specs().reward_keys());
         Runner {
             input: Runner::input_template(env),
-            next: env.step_template(),
-            root: env.step_template().exclude(env.specs().reward_keys()),
+            next,
+            root,
             during: "reset",
         }
     }

@@ -1,7 +1,6 @@
 //! `ThreadBackend`: envs owned by slots, stepped by a fixed set of worker
 //! threads that pull env indices from a queue.
 
-use std::any::Any;
 use std::num::NonZeroUsize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -302,26 +301,6 @@ impl std::fmt::Debug for ThreadBackend {
     }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic with a non-string payload".to_owned()
-    }
-}
-
-/// The input buffer of an env: zeros for its action and state entries.
-fn input_template(env: &dyn Env) -> TensorDict {
-    let specs = env.specs();
-    let mut td = specs.full_action_spec().zero();
-    for (key, entry) in specs.full_state_spec().zero().items(true, true) {
-        td.set(&key, entry.clone()).expect("same batch size");
-    }
-    td
-}
-
 /// The root of the next step: `next` (the env's step template) without its
 /// reward entries; its keys are `next`'s (shared), so that copying `next`
 /// into it compares keys by address.
@@ -351,7 +330,7 @@ impl ThreadBackend {
                 Err(payload) => {
                     return Err(ThreadError::BuildPanicked {
                         env: index,
-                        message: panic_message(&*payload),
+                        message: envs::panic_message(&*payload),
                     })
                 }
             };
@@ -361,7 +340,7 @@ impl ThreadBackend {
             let cell = Cell {
                 name: env.name().to_owned(),
                 op: Op::Reset,
-                input: input_template(&*env),
+                input: envs::Runner::input_template(&*env),
                 reset_with_input: false,
                 root: next_root_template(&*env, &next),
                 next,
@@ -879,7 +858,7 @@ fn run_cell(env: usize, cell: &mut Cell) -> bool {
             env,
             name: cell.name.clone(),
             during: cell.during,
-            message: panic_message(&*payload),
+            message: envs::panic_message(&*payload),
         }),
     };
     let failed = error.is_some();
