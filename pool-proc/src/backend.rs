@@ -110,6 +110,13 @@ struct Shared {
     closing: AtomicBool,
 }
 
+impl Worker {
+    /// Its process, for whoever reaps it (once).
+    fn take_child(&self) -> Option<Child> {
+        self.child.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
 /// The result of one env, borrowed from its cell while it is taken.
 #[derive(Debug)]
 pub struct EnvOutput<'a> {
@@ -804,11 +811,7 @@ impl ProcBackend {
         }
         let deadline = Instant::now() + self.shutdown_timeout;
         for worker in &shared.workers {
-            let child = worker
-                .child
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
+            let child = worker.take_child();
             if let Some(mut child) = child {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if exit_reason(&mut child, left) == "still running" {
@@ -956,11 +959,7 @@ impl Shared {
         let closing = self.closing.load(Ordering::SeqCst);
         let mut reason = reason;
         if !closing {
-            let child = worker
-                .child
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
+            let child = worker.take_child();
             if let Some(mut child) = child {
                 let patience = Duration::from_millis(20);
                 let status = exit_reason(&mut child, patience);

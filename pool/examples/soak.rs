@@ -64,6 +64,17 @@ fn actions(n: usize) -> Result<TensorDict, Box<dyn Error>> {
     Ok(td)
 }
 
+/// The envs of a batch, from its `env_index`.
+fn env_ids(batch: &pool::tensordict::StackedTensorDict) -> Result<Vec<usize>, Box<dyn Error>> {
+    Ok(batch
+        .get_non_tensor("env_index")?
+        .as_int_vec()
+        .ok_or("env_index holds integers")?
+        .into_iter()
+        .map(|i| i as usize)
+        .collect())
+}
+
 /// Drives one pool until `stop`; returns the env-steps checked.
 fn drive(pool: &AsyncEnvPool, seed: u64, stop: &AtomicBool) -> Result<u64, Box<dyn Error>> {
     let mut rng = SmallRng::seed_from_u64(seed);
@@ -120,13 +131,7 @@ fn drive(pool: &AsyncEnvPool, seed: u64, stop: &AtomicBool) -> Result<u64, Box<d
         }
         match pool.async_step_recv(recv) {
             Ok(batch) => {
-                let envs: Vec<usize> = batch
-                    .get_non_tensor("env_index")?
-                    .as_int_vec()
-                    .ok_or("env_index holds integers")?
-                    .into_iter()
-                    .map(|i| i as usize)
-                    .collect();
+                let envs = env_ids(&batch)?;
                 check(&batch.into_dense()?, &envs, &mut busy)?;
             }
             // A deadline before min_get: nothing taken, nothing lost.
@@ -137,13 +142,7 @@ fn drive(pool: &AsyncEnvPool, seed: u64, stop: &AtomicBool) -> Result<u64, Box<d
     let in_flight = busy.iter().filter(|&&b| b).count();
     if in_flight > 0 {
         let batch = pool.async_step_recv(Recv::all(in_flight))?;
-        let envs: Vec<usize> = batch
-            .get_non_tensor("env_index")?
-            .as_int_vec()
-            .ok_or("env_index holds integers")?
-            .into_iter()
-            .map(|i| i as usize)
-            .collect();
+        let envs = env_ids(&batch)?;
         check(&batch.into_dense()?, &envs, &mut busy)?;
     }
     Ok(steps)

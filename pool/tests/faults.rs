@@ -24,7 +24,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -36,7 +35,7 @@ use pool::{
 };
 
 use common::test_envs::{self, fault_message, Fault, FAULTY};
-use common::{actions, env_index, watchdog};
+use common::{actions, dev_shm, env_index, gone, watchdog};
 
 /// The entry point of every worker of this binary; in the parent it only
 /// registers the test envs.
@@ -305,24 +304,6 @@ fn assert_worker_0_died(config: Config, err: &PoolError, how: &str) {
         err.to_string().starts_with("worker 0 (envs [0, 1]) died: "),
         "{err}"
     );
-}
-
-/// Whether process `pid` is gone (reaped: a zombie still has its entry).
-fn gone(pid: u32) -> bool {
-    !Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// The names under `/dev/shm`.
-fn dev_shm() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir("/dev/shm")
-        .map(|dir| {
-            dir.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
 }
 
 /// This process's open descriptors and mappings of the pools' memfds

@@ -9,7 +9,6 @@
 #[macro_use]
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,7 @@ use pool::{
 };
 
 use common::test_envs::{self, WHERE_AM_I};
-use common::{actions, env_index, expect_err, int_at, watchdog};
+use common::{actions, all_gone, dev_shm, env_index, expect_err, gone, int_at, watchdog};
 
 /// The entry point of every worker of this binary; in the parent it only
 /// registers the test envs.
@@ -37,40 +36,6 @@ fn options(exchange: ExchangeMode) -> ProcOptions {
 
 fn procs(exchange: ExchangeMode) -> Backend {
     Backend::Multiprocessing(options(exchange))
-}
-
-/// Whether process `pid` is gone (reaped: no `/proc` entry; a zombie still
-/// has one).
-fn gone(pid: u32) -> bool {
-    !Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// Waits up to `patience` for every process of `pids` to be gone.
-fn all_gone(pids: &[u32], patience: Duration) -> bool {
-    let deadline = Instant::now() + patience;
-    loop {
-        if pids.iter().all(|&pid| gone(pid)) {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// The names under `/dev/shm` (the pool must add none: its shared memory
-/// is a memfd).
-fn dev_shm() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir("/dev/shm")
-        .map(|dir| {
-            dir.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
 }
 
 const EXCHANGES: [ExchangeMode; 2] = [ExchangeMode::Queue, ExchangeMode::Shm];

@@ -221,3 +221,37 @@ pub(crate) fn expect_err<T: std::fmt::Debug>(
         Err(err) => err,
     }
 }
+
+/// Whether process `pid` is gone (reaped: no `/proc` entry; a zombie still
+/// has one).
+pub(crate) fn gone(pid: u32) -> bool {
+    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Waits up to `patience` for every process of `pids` to be gone.
+pub(crate) fn all_gone(pids: &[u32], patience: Duration) -> bool {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        if pids.iter().all(|&pid| gone(pid)) {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The names under `/dev/shm` (the pool must add none: its shared memory
+/// is a memfd).
+pub(crate) fn dev_shm() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
