@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use envs::{Env, EnvError, EnvSpecs};
-use tensordict::{Entry, TensorDict};
+use envs::{Env, EnvError, EnvSpecs, Runner};
+use tensordict::TensorDict;
 
 use crate::queue::{Job, WorkQueue, MAX_CHUNK};
 
@@ -63,17 +63,12 @@ struct Cell {
     env: Box<dyn Env>,
     name: String,
     op: Op,
-    /// The env's inputs for a step: action and state entries.
-    input: TensorDict,
     /// Whether a reset was given an input (its state entries).
     reset_with_input: bool,
-    /// The step's outputs (`"next"` entries).
-    next: TensorDict,
-    /// The reset output, or the root of the next step.
-    root: TensorDict,
+    /// The env's buffers (input, `"next"` entries, root), and what it was
+    /// doing (for a panic's message).
+    runner: Runner,
     error: Option<ThreadError>,
-    /// What the env is doing (`"reset"` or `"step"`), for a panic's message.
-    during: &'static str,
 }
 
 /// Locks a mutex of the backend. A panic inside an env is caught while a
@@ -111,22 +106,22 @@ impl BatchRows {
     fn new(cells: &[Mutex<Cell>]) -> Option<BatchRows> {
         let mut cells: Vec<MutexGuard<'_, Cell>> = cells.iter().map(lock).collect();
         let first = cells.first()?;
-        let mut next = TensorDict::zeros_stacked(&first.next, cells.len()).ok()?;
-        let mut root = TensorDict::zeros_stacked(&first.root, cells.len()).ok()?;
-        let nexts: Vec<&TensorDict> = cells.iter().map(|c| &c.next).collect();
-        let roots: Vec<&TensorDict> = cells.iter().map(|c| &c.root).collect();
+        let mut next = TensorDict::zeros_stacked(&first.runner.next, cells.len()).ok()?;
+        let mut root = TensorDict::zeros_stacked(&first.runner.root, cells.len()).ok()?;
+        let nexts: Vec<&TensorDict> = cells.iter().map(|c| &c.runner.next).collect();
+        let roots: Vec<&TensorDict> = cells.iter().map(|c| &c.runner.root).collect();
         next.write_rows(&nexts).ok()?;
         root.write_rows(&roots).ok()?;
-        let (first_next, first_root) = (cells[0].next.clone(), cells[0].root.clone());
+        let (first_next, first_root) = (cells[0].runner.next.clone(), cells[0].runner.root.clone());
         for cell in cells.iter_mut().skip(1) {
             // Same layout (checked above): the first cell's keys with this
             // cell's values (written into copies of the storage).
             let mut own = first_next.clone();
-            own.fill_from(&cell.next).ok()?;
-            cell.next = own;
+            own.fill_from(&cell.runner.next).ok()?;
+            cell.runner.next = own;
             let mut own = first_root.clone();
-            own.fill_from(&cell.root).ok()?;
-            cell.root = own;
+            own.fill_from(&cell.runner.root).ok()?;
+            cell.runner.root = own;
         }
         Some(BatchRows {
             next,
@@ -150,11 +145,11 @@ impl BatchRows {
             }
             if cell.op != Op::Reset {
                 next_at.push(env);
-                next_rows.push(&cell.next);
+                next_rows.push(&cell.runner.next);
             }
             if cell.op != Op::Step {
                 root_at.push(env);
-                root_rows.push(&cell.root);
+                root_rows.push(&cell.runner.root);
             }
         }
         store_rows(
@@ -221,7 +216,7 @@ impl Inputs {
             reset_takes_input: Vec::with_capacity(cells.len()),
         };
         for (cell, specs) in cells.iter().zip(specs) {
-            let input = &lock(cell).input;
+            let input = &lock(cell).runner.input;
             let kind = match inputs.templates.iter().position(|t| t == input) {
                 Some(kind) => kind,
                 None => {
@@ -301,13 +296,6 @@ impl std::fmt::Debug for ThreadBackend {
     }
 }
 
-/// The root of the next step: `next` (the env's step template) without its
-/// reward entries; its keys are `next`'s (shared), so that copying `next`
-/// into it compares keys by address.
-fn next_root_template(env: &dyn Env, next: &TensorDict) -> TensorDict {
-    next.exclude(env.specs().reward_keys())
-}
-
 impl ThreadBackend {
     /// Builds the envs (in this thread, in order) and starts the workers.
     /// An env that fails or panics while being built is an error naming it.
@@ -336,16 +324,12 @@ impl ThreadBackend {
             };
             specs.push(env.specs().clone());
             names.push(env.name().to_owned());
-            let next = env.step_template();
             let cell = Cell {
                 name: env.name().to_owned(),
                 op: Op::Reset,
-                input: envs::Runner::input_template(&*env),
                 reset_with_input: false,
-                root: next_root_template(&*env, &next),
-                next,
+                runner: Runner::new(&*env),
                 error: None,
-                during: "reset",
                 env,
             };
             cells.push(Mutex::new(cell));
@@ -429,7 +413,7 @@ impl ThreadBackend {
     /// templates a caller stacks results into).
     pub fn templates(&self, env: usize) -> (TensorDict, TensorDict) {
         let cell = lock(&self.shared.cells[env]);
-        (cell.next.clone(), cell.root.clone())
+        (cell.runner.next.clone(), cell.runner.root.clone())
     }
 
     /// Sends `op` to each `(env, row)` of `jobs`: queues the envs, each
@@ -620,8 +604,8 @@ impl ThreadBackend {
             Some(err) => Err(err.clone()),
             None => Ok(read(EnvOutput {
                 op: cell.op,
-                next: &cell.next,
-                root: &cell.root,
+                next: &cell.runner.next,
+                root: &cell.runner.root,
             })),
         }
     }
@@ -649,8 +633,8 @@ impl ThreadBackend {
             .iter()
             .map(|cell| EnvOutput {
                 op: cell.op,
-                next: &cell.next,
-                root: &cell.root,
+                next: &cell.runner.next,
+                root: &cell.runner.root,
             })
             .collect();
         Ok(read(&outputs))
@@ -829,7 +813,7 @@ fn prepare(job: &Job, cell: &mut Cell) -> bool {
         return false;
     };
     cell.reset_with_input = job.op == Op::Reset;
-    match copy_input(src, *row, &mut cell.input) {
+    match copy_input(src, *row, &mut cell.runner.input) {
         Ok(()) => false,
         Err(source) => {
             cell.error = Some(ThreadError::Input {
@@ -845,10 +829,19 @@ fn prepare(job: &Job, cell: &mut Cell) -> bool {
 /// Runs one env's operation, catching a panic; records its error in the
 /// cell. Returns whether it failed.
 fn run_cell(env: usize, cell: &mut Cell) -> bool {
-    let outcome = catch_unwind(AssertUnwindSafe(|| run(cell)));
+    let Cell {
+        env: inner,
+        runner,
+        op,
+        reset_with_input,
+        ..
+    } = cell;
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        runner.run(&mut **inner, *op, *reset_with_input)
+    }));
     let error = match outcome {
         Ok(Ok(())) => None,
-        Ok(Err((during, source))) => Some(ThreadError::Env {
+        Ok(Err(envs::RunError { during, source })) => Some(ThreadError::Env {
             env,
             name: cell.name.clone(),
             during,
@@ -857,232 +850,11 @@ fn run_cell(env: usize, cell: &mut Cell) -> bool {
         Err(payload) => Some(ThreadError::Panicked {
             env,
             name: cell.name.clone(),
-            during: cell.during,
+            during: cell.runner.during,
             message: envs::panic_message(&*payload),
         }),
     };
     let failed = error.is_some();
     cell.error = error;
     failed
-}
-
-/// Runs the cell's operation on its buffers.
-fn run(cell: &mut Cell) -> Result<(), (&'static str, Box<EnvError>)> {
-    match cell.op {
-        Op::Reset => {
-            cell.during = "reset";
-            let input = cell.reset_with_input.then_some(&cell.input);
-            cell.env
-                .reset_into(input, &mut cell.root)
-                .map_err(|e| ("reset", Box::new(e)))
-        }
-        Op::Step => {
-            cell.during = "step";
-            cell.env
-                .step_into(&cell.input, &mut cell.next)
-                .map_err(|e| ("step", Box::new(e)))
-        }
-        Op::StepAndMaybeReset => {
-            cell.during = "step";
-            cell.env
-                .step_into(&cell.input, &mut cell.next)
-                .map_err(|e| ("step", Box::new(e)))?;
-            // The next root: the step's entries without the reward, reset
-            // where done.
-            cell.root
-                .fill_from(&cell.next)
-                .map_err(|e| ("step", Box::new(EnvError::from(e))))?;
-            let done = match cell.next.get("done") {
-                Some(Entry::Tensor(t)) => t
-                    .as_slice::<bool>()
-                    .map(|d| d.iter().any(|&x| x))
-                    .unwrap_or(false),
-                _ => false,
-            };
-            if done {
-                cell.during = "reset";
-                // A batched env resets the rows its "_reset" mask names (the
-                // done flags); its buffer starts as the current root, so the
-                // other rows keep their values. As `Env::step_and_maybe_reset`.
-                let input = if cell.env.batch_size().is_empty() {
-                    None
-                } else {
-                    let mut input = cell.root.clone();
-                    let mask = match cell.next.get("done") {
-                        Some(Entry::Tensor(t)) => t.clone(),
-                        _ => unreachable!("done was read above"),
-                    };
-                    input
-                        .set("_reset", mask)
-                        .map_err(|e| ("reset", Box::new(EnvError::from(e))))?;
-                    Some(input)
-                };
-                cell.env
-                    .reset_into(input.as_ref(), &mut cell.root)
-                    .map_err(|e| ("reset", Box::new(e)))?;
-            }
-            Ok(())
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use envs::CountingEnv;
-    use tensordict::Tensor;
-
-    fn counters(n: usize) -> ThreadBackend {
-        let factories: Vec<EnvFactory> = (0..n)
-            .map(|_| {
-                Box::new(|| Ok(Box::new(CountingEnv::new(0, 1000)) as Box<dyn Env>)) as EnvFactory
-            })
-            .collect();
-        ThreadBackend::start(factories, &ThreadOptions::default()).unwrap()
-    }
-
-    /// A CountingEnv that adds a key to its result from its second step on.
-    struct Growing(CountingEnv, u32);
-
-    impl Env for Growing {
-        fn specs(&self) -> &EnvSpecs {
-            self.0.specs()
-        }
-        fn set_seed(&mut self, seed: u64) {
-            self.0.set_seed(seed)
-        }
-        fn reset_into(
-            &mut self,
-            input: Option<&TensorDict>,
-            out: &mut TensorDict,
-        ) -> Result<(), EnvError> {
-            self.0.reset_into(input, out)
-        }
-        fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-            self.1 += 1;
-            if self.1 == 2 {
-                next.set("extra", Tensor::scalar(1u8))?;
-            }
-            self.0.step_into(input, next)
-        }
-    }
-
-    fn batch_backend(growing: usize) -> ThreadBackend {
-        let factories: Vec<EnvFactory> = (0..3)
-            .map(|i| {
-                Box::new(move || {
-                    let env = CountingEnv::new(10 * i as i32, 1000);
-                    Ok(if i == growing {
-                        Box::new(Growing(env, 0)) as Box<dyn Env>
-                    } else {
-                        Box::new(env) as Box<dyn Env>
-                    })
-                }) as EnvFactory
-            })
-            .collect();
-        let options = ThreadOptions {
-            threads: NonZeroUsize::new(2),
-            batch_rows: true,
-        };
-        ThreadBackend::start(factories, &options).unwrap()
-    }
-
-    fn step_all(backend: &ThreadBackend, op: Op) {
-        let mut actions = TensorDict::new(&[3]);
-        actions
-            .set("action", Tensor::from_vec(&[3, 1], vec![1i64; 3]).unwrap())
-            .unwrap();
-        let jobs: Vec<(usize, Option<usize>)> = (0..3).map(|i| (i, Some(i))).collect();
-        backend.send(op, &jobs, Some(&actions)).unwrap();
-        (0..3).for_each(|env| wait_done(backend, env));
-    }
-
-    fn observations(td: &TensorDict) -> Vec<i32> {
-        td.tensor("observation").unwrap().to_vec::<i32>().unwrap()
-    }
-
-    #[test]
-    fn workers_fill_the_batch_rows_and_a_held_batch_stays() {
-        let backend = batch_backend(usize::MAX);
-        step_all(&backend, Op::Reset);
-        let (next, root) = backend.gather(Op::Reset, &[0, 1, 2]).unwrap();
-        assert!(next.is_none());
-        let held = root.unwrap();
-        assert_eq!(observations(&held), vec![0, 10, 20]);
-        (0..3).for_each(|env| backend.release(env));
-        step_all(&backend, Op::StepAndMaybeReset);
-        let (next, root) = backend.gather(Op::StepAndMaybeReset, &[0, 2]).unwrap();
-        let held_rows = next.unwrap();
-        assert_eq!(observations(&held_rows), vec![1, 21]);
-        assert_eq!(observations(&root.unwrap()), vec![1, 21]);
-        // Gathered again into the same buffers: a held gather stays too.
-        (0..3).for_each(|env| backend.release(env));
-        step_all(&backend, Op::StepAndMaybeReset);
-        let (next, _) = backend.gather(Op::StepAndMaybeReset, &[1, 2]).unwrap();
-        assert_eq!(observations(&next.unwrap()), vec![12, 22]);
-        assert_eq!(observations(&held_rows), vec![1, 21]);
-        let (next, _) = backend.gather(Op::StepAndMaybeReset, &[0, 1]).unwrap();
-        assert_eq!(observations(&next.unwrap()), vec![2, 12]);
-        // The batch handed out before was copied, not overwritten.
-        assert_eq!(observations(&held), vec![0, 10, 20]);
-        // Without batch rows there is nothing to gather.
-        assert!(counters(1).gather(Op::Reset, &[0]).is_none());
-    }
-
-    #[test]
-    fn a_result_that_does_not_fit_its_row_is_left_to_peek() {
-        let backend = batch_backend(1);
-        step_all(&backend, Op::Step);
-        assert!(backend.gather(Op::Step, &[0, 1, 2]).is_some());
-        (0..3).for_each(|env| backend.release(env));
-        step_all(&backend, Op::Step);
-        // Env 1's result has an extra key: not in its row; the others are.
-        assert!(backend.gather(Op::Step, &[0, 1, 2]).is_none());
-        let (next, _) = backend.gather(Op::Step, &[0, 2]).unwrap();
-        assert_eq!(observations(&next.unwrap()), vec![2, 22]);
-        let keys = backend.peek(1, |out| out.next.contains("extra")).unwrap();
-        assert!(keys);
-    }
-
-    fn wait_done(backend: &ThreadBackend, env: usize) {
-        while !backend.is_done(env) {
-            backend.wait(backend.generation(), None);
-        }
-    }
-
-    #[test]
-    fn sends_to_a_busy_env_twice_or_past_the_last_are_errors() {
-        let backend = counters(2);
-        backend.send(Op::Reset, &[(0, None)], None).unwrap();
-        assert_eq!(
-            backend.send(Op::Reset, &[(0, None)], None),
-            Err(ThreadError::Busy { env: 0 })
-        );
-        wait_done(&backend, 0);
-        backend.take(0, |_| ()).unwrap();
-        assert_eq!(
-            backend.send(Op::Reset, &[(1, None), (1, None)], None),
-            Err(ThreadError::Busy { env: 1 })
-        );
-        let err = backend.send(Op::Reset, &[(2, None)], None).unwrap_err();
-        assert_eq!(err.to_string(), "env index 2 is out of range for 2 envs");
-        // Nothing was queued by the failed sends.
-        assert!(!backend.is_done(1));
-        let mut action = TensorDict::new(&[]);
-        action
-            .set("action", Tensor::from_vec(&[1], vec![1i64]).unwrap())
-            .unwrap();
-        backend.send(Op::Step, &[(0, None)], Some(&action)).unwrap();
-        wait_done(&backend, 0);
-        let count = backend
-            .take(0, |out| {
-                out.next
-                    .tensor("observation")
-                    .unwrap()
-                    .to_vec::<i32>()
-                    .unwrap()
-            })
-            .unwrap();
-        assert_eq!(count, vec![1]);
-    }
 }
