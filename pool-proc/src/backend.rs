@@ -202,15 +202,16 @@ fn abandon(starting: &mut [Starting]) {
     }
 }
 
-/// How a worker ended, waiting up to `patience` for it to be reaped.
-fn exit_reason(child: &mut Child, patience: Duration) -> String {
+/// How a worker ended, waiting up to `patience` for it to be reaped;
+/// `None` if it still runs then.
+fn exit_reason(child: &mut Child, patience: Duration) -> Option<String> {
     let deadline = Instant::now() + patience;
     loop {
         match child.try_wait() {
-            Ok(Some(status)) => return status.to_string(),
+            Ok(Some(status)) => return Some(status.to_string()),
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
-            Ok(None) => return "still running".into(),
-            Err(err) => return format!("status unknown ({err})"),
+            Ok(None) => return None,
+            Err(err) => return Some(format!("status unknown ({err})")),
         }
     }
 }
@@ -814,7 +815,7 @@ impl ProcBackend {
             let child = worker.take_child();
             if let Some(mut child) = child {
                 let left = deadline.saturating_duration_since(Instant::now());
-                if exit_reason(&mut child, left) == "still running" {
+                if exit_reason(&mut child, left).is_none() {
                     let _ = child.kill();
                 }
                 let _ = child.wait();
@@ -962,8 +963,9 @@ impl Shared {
             let child = worker.take_child();
             if let Some(mut child) = child {
                 let patience = Duration::from_millis(20);
-                let status = exit_reason(&mut child, patience);
-                if status == "still running" {
+                if let Some(status) = exit_reason(&mut child, patience) {
+                    reason = format!("{reason} ({status})");
+                } else {
                     let _ = child.kill();
                     // Its status all the same: a worker that was dying
                     // (a slow abort on a loaded machine) says how.
@@ -973,8 +975,6 @@ impl Shared {
                     );
                     reason =
                         format!("{reason}; still running after {patience:?}, killed ({status})");
-                } else {
-                    reason = format!("{reason} ({status})");
                 }
             }
         } else {
@@ -1083,10 +1083,10 @@ fn start_error(s: &mut Starting, w: usize, what: String) -> ProcError {
     let status = s
         .child
         .as_mut()
-        .map(|c| exit_reason(c, Duration::from_millis(50)));
+        .and_then(|c| exit_reason(c, Duration::from_millis(50)));
     let reason = match status {
-        Some(status) if status != "still running" => format!("{what} ({status})"),
-        _ => what,
+        Some(status) => format!("{what} ({status})"),
+        None => what,
     };
     ProcError::Start {
         worker: w,
