@@ -60,16 +60,15 @@ struct Cell {
     error: Option<ProcError>,
     /// Shm: the clock of the last result read from the env's slot.
     taken: u64,
-    /// When its latest result was published (ns of the monotonic clock;
-    /// shm only).
-    published_ns: u64,
 }
 
 struct Slot {
     /// `IDLE`, `QUEUED`, `DONE` or `FAILED`.
     phase: AtomicU8,
     /// An order of arrival of results: receivers that take fewer results
-    /// than are ready take the oldest.
+    /// than are ready take the oldest. With shm, the time the worker
+    /// published the result (ns of the monotonic clock, for the
+    /// statistics); with the queue, the signal's generation.
     published: AtomicU64,
     cell: Mutex<Cell>,
 }
@@ -421,7 +420,6 @@ impl ProcBackend {
                     root: b.root,
                     error: None,
                     taken: 0,
-                    published_ns: 0,
                 }),
             });
         }
@@ -561,7 +559,9 @@ impl ProcBackend {
         if let Some(shm) = &self.shared.shm {
             let taken: Vec<(usize, u64)> = envs
                 .iter()
-                .map(|&env| (env, self.shared.slots[env].lock().published_ns))
+                // With shm, `published` holds the publish time read from
+                // the slot.
+                .map(|&env| (env, self.published(env)))
                 .collect();
             shm.record_received(&taken, max_get, op != Op::Reset);
         }
@@ -897,7 +897,6 @@ impl Shared {
         match shm.read_into(env, *taken, next, root) {
             Ok(Some(read)) => {
                 cell.taken = read.clock;
-                cell.published_ns = read.published_ns;
                 // Relaxed: read after the Acquire of DONE.
                 slot.published.store(read.published_ns, Ordering::Relaxed);
                 // Release: the result read above is visible to whoever sees
