@@ -36,7 +36,12 @@ use crate::{ExchangeMode, ProcError, ProcOptions};
 
 /// How long a receiver of the shm exchange spins (yielding) on the bell
 /// before it sleeps: results of a batch come within tens of microseconds,
-/// and a sleeping receiver costs its workers a wake-up system call.
+/// and a sleeping receiver costs its workers a wake-up system call. The
+/// budget is per receive, not per ring: a receiver that spun through every
+/// ring of a long batch kept a core busy, and with 2 workers on 2 cores the
+/// scheduler then ran both workers' runners on the other core, one after
+/// the other (`perf sched`: LatencyEnv 8 envs, batches of 440 us instead of
+/// 220).
 const RECEIVER_SPIN: Duration = Duration::from_micros(200);
 
 /// No command in flight.
@@ -735,12 +740,16 @@ impl ProcBackend {
     }
 
     /// Waits until something happened after `ticket` was taken (a result,
-    /// a failure, a wake-up), or `deadline`.
-    pub fn wait(&self, ticket: Ticket, deadline: Option<Instant>) {
+    /// a failure, a wake-up), or `deadline`. With the shm exchange the
+    /// caller spins on the bell until `waiting_since` (when it began to wait
+    /// for this receive, across several calls) plus a short budget, then
+    /// sleeps.
+    pub fn wait(&self, ticket: Ticket, deadline: Option<Instant>, waiting_since: Instant) {
         match &self.shared.shm {
             // Failures and wake-ups ring the bell too.
             Some(shm) => {
-                shm.wait_bell_spinning(ticket.bell, deadline, RECEIVER_SPIN);
+                let spin = RECEIVER_SPIN.saturating_sub(waiting_since.elapsed());
+                shm.wait_bell_spinning(ticket.bell, deadline, spin);
             }
             None => self.shared.signal.wait(ticket.generation, deadline),
         }

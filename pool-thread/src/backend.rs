@@ -581,13 +581,22 @@ impl ThreadBackend {
     /// [`ThreadBackend::wake_receivers`] after `epoch`, a shutdown, or the
     /// deadline; returns the generation then.
     ///
-    /// When the workers are as many as the cores, the caller spins only
-    /// briefly (yielding) before it sleeps: a spinning caller would take a
-    /// core from a worker.
-    pub fn wait_for(&self, target: u64, epoch: u64, deadline: Option<Instant>) -> u64 {
-        self.shared
-            .done
-            .wait_for(target, epoch, deadline, self.shared.receiver_spin)
+    /// The caller spins (yielding) until `waiting_since` (when it began to
+    /// wait for this receive, across several calls) plus a short budget,
+    /// then sleeps. When the workers are as many as the cores, the budget
+    /// is short: a spinning caller would take a core from a worker.
+    pub fn wait_for(
+        &self,
+        target: u64,
+        epoch: u64,
+        deadline: Option<Instant>,
+        waiting_since: Instant,
+    ) -> u64 {
+        let spin = self
+            .shared
+            .receiver_spin
+            .saturating_sub(waiting_since.elapsed());
+        self.shared.done.wait_for(target, epoch, deadline, spin)
     }
 
     /// Reads env `env`'s result without taking it: calls `read` on it while

@@ -90,13 +90,20 @@ impl Dispatch {
 
     /// Waits until at least `needed` more results were published after
     /// `ticket` (or anything happened, for processes), a wake-up, or
-    /// `deadline`.
-    pub(crate) fn wait(&self, ticket: Ticket, needed: usize, deadline: Option<Instant>) {
+    /// `deadline`. Spins first, until a budget counted from
+    /// `waiting_since` (the start of the receive) is spent, then sleeps.
+    pub(crate) fn wait(
+        &self,
+        ticket: Ticket,
+        needed: usize,
+        deadline: Option<Instant>,
+        waiting_since: Instant,
+    ) {
         match (self, ticket) {
             (Dispatch::Threads(b), Ticket::Threads { generation, epoch }) => {
-                b.wait_for(generation + needed as u64, epoch, deadline);
+                b.wait_for(generation + needed as u64, epoch, deadline, waiting_since);
             }
-            (Dispatch::Procs(b), Ticket::Procs(ticket)) => b.wait(ticket, deadline),
+            (Dispatch::Procs(b), Ticket::Procs(ticket)) => b.wait(ticket, deadline, waiting_since),
             _ => unreachable!("a ticket comes from its own backend"),
         }
     }

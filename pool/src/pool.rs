@@ -608,7 +608,7 @@ impl AsyncEnvPool {
             } else {
                 recv.min_get - ready.len()
             };
-            backend.wait(ticket, needed, deadline);
+            backend.wait(ticket, needed, deadline, start);
         }
     }
 
@@ -619,7 +619,8 @@ impl AsyncEnvPool {
         env: usize,
         timeout: Option<Duration>,
     ) -> Result<(Sent, bool), PoolError> {
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let start = Instant::now();
+        let deadline = timeout.and_then(|t| start.checked_add(t));
         if env >= self.num_envs() {
             return Err(PoolError::EnvOutOfRange {
                 env,
@@ -654,7 +655,7 @@ impl AsyncEnvPool {
             drop(book);
             // No helping here: a chunk of other envs run on this thread
             // could keep it long after its own env is done.
-            backend.wait(ticket, 1, deadline);
+            backend.wait(ticket, 1, deadline, start);
         }
     }
 
