@@ -63,8 +63,13 @@ pub(crate) enum WaitOutcome {
 const ALL: u32 = i32::MAX as u32;
 
 /// Rounds of `spin_loop` hints, doubling each time, before a spin yields its
-/// time slice instead (as `crossbeam_utils::Backoff` does).
-const SPIN_DOUBLINGS: u32 = 6;
+/// time slice instead (as `crossbeam_utils::Backoff` does). Few: when
+/// waiters and workers outnumber the cores, a yield is what hands the core
+/// to the thread being waited for (the scheduler does not move a spinning
+/// thread), so the first yield should come after a few hundred cycles, not
+/// after `crossbeam_utils::Backoff`'s 63 hints (pool-thread measured 10 us
+/// per batch from this, see its `signal.rs`).
+const SPIN_DOUBLINGS: u32 = 2;
 
 /// `true` once `deadline` has passed.
 fn expired(deadline: Option<Instant>) -> bool {

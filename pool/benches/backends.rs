@@ -1,6 +1,7 @@
 //! The pool's backends side by side in one run: worker threads, worker
 //! processes with the queue exchange, worker processes with shared-memory
-//! slots, against a single-threaded loop over the same envs.
+//! slots (free to run anywhere, and pinned one per CPU), against a
+//! single-threaded loop over the same envs.
 //!
 //! Two workloads, each with 2, 8 and 32 envs: `cartpole` (CartPole-v1, a few
 //! hundred nanoseconds per step: the pool's own cost dominates) and
@@ -30,7 +31,7 @@ use std::num::NonZeroUsize;
 use divan::counter::ItemsCount;
 use divan::{black_box, Bencher};
 use envs::{Env, Kwargs};
-use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions, Recv, Target};
+use pool::{Affinity, AsyncEnvPool, Backend, ExchangeMode, ProcOptions, Recv, Target};
 use tensordict::{Tensor, TensorDict};
 
 fn main() {
@@ -72,6 +73,11 @@ enum Kind {
     ProcsQueue,
     /// `Backend::Multiprocessing`, 2 workers of N/2 envs, shm exchange.
     ProcsShm,
+    /// As `ProcsShm`, with worker `w` pinned to the `w`-th CPU this process
+    /// may use (`ProcOptions::affinity`): on 2 cores the scheduler sometimes
+    /// runs both workers on one core, one after the other, for milliseconds
+    /// (`perf sched`); pinned, each has its own.
+    ProcsShmPinned,
 }
 
 impl fmt::Display for Kind {
@@ -80,6 +86,7 @@ impl fmt::Display for Kind {
             Kind::Threads => "threads",
             Kind::ProcsQueue => "procs_queue",
             Kind::ProcsShm => "procs_shm",
+            Kind::ProcsShmPinned => "procs_shm_pinned",
         })
     }
 }
@@ -87,23 +94,31 @@ impl fmt::Display for Kind {
 impl Kind {
     fn backend(self, n: usize) -> Backend {
         let procs = |exchange| {
-            Backend::Multiprocessing(
-                ProcOptions::default()
-                    .envs_per_worker(n / 2)
-                    .exchange(exchange),
-            )
+            ProcOptions::default()
+                .envs_per_worker(n / 2)
+                .exchange(exchange)
         };
         match self {
             Kind::Threads => Backend::Threading {
                 threads: NonZeroUsize::new(2),
             },
-            Kind::ProcsQueue => procs(ExchangeMode::Queue),
-            Kind::ProcsShm => procs(ExchangeMode::Shm),
+            Kind::ProcsQueue => Backend::Multiprocessing(procs(ExchangeMode::Queue)),
+            Kind::ProcsShm => Backend::Multiprocessing(procs(ExchangeMode::Shm)),
+            Kind::ProcsShmPinned => {
+                let cpus = pool::available_cpus().expect("the CPUs this process may use");
+                let pinned = Affinity::by_worker(move |w| [cpus[w % cpus.len()]]);
+                Backend::Multiprocessing(procs(ExchangeMode::Shm).affinity(pinned))
+            }
         }
     }
 }
 
-const KINDS: [Kind; 3] = [Kind::Threads, Kind::ProcsQueue, Kind::ProcsShm];
+const KINDS: [Kind; 4] = [
+    Kind::Threads,
+    Kind::ProcsQueue,
+    Kind::ProcsShm,
+    Kind::ProcsShmPinned,
+];
 
 fn actions(n: usize) -> TensorDict {
     let mut td = TensorDict::new(&[n]);
