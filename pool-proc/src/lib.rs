@@ -38,7 +38,6 @@
 //! ```
 #![forbid(unsafe_code)]
 
-mod affinity;
 mod backend;
 mod error;
 #[doc(hidden)]
@@ -49,8 +48,8 @@ mod spawn;
 mod wire;
 mod worker;
 
-pub use crate::affinity::{available_cpus, current_cpus, Affinity, AffinityError, CpuList};
 pub use crate::backend::{EnvOutput, ProcBackend, Ticket};
 pub use crate::error::ProcError;
 pub use crate::options::{libtest_worker_args, ExchangeMode, ProcOptions};
 pub use crate::worker::{init, is_worker};
+pub use affinity::{available_cpus, current_cpus, Affinity, AffinityError, CpuList};

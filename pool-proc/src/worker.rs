@@ -308,8 +308,8 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
     };
     if let Some(cpus) = affinity {
         let cpus: Vec<usize> = cpus.into_iter().map(|c| c as usize).collect();
-        let pinned =
-            crate::affinity::apply(worker as usize, &cpus).and_then(|()| crate::current_cpus());
+        let pinned = affinity::pin_current_thread(worker as usize, &cpus)
+            .and_then(|()| crate::current_cpus());
         match pinned {
             Ok(now) => send(
                 writer,

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use affinity::{Affinity, CpuList};
 use envs::{Env, EnvError, EnvSpecs, Runner};
 use tensordict::TensorDict;
 
@@ -36,6 +37,12 @@ pub struct ThreadOptions {
     /// layout, so that a receive of many results copies nothing more (see
     /// [`ThreadBackend::gather`]): what a dense stack wants. Default off.
     pub batch_rows: bool,
+    /// The CPUs each worker thread may run on (default: wherever the
+    /// scheduler puts it). Validated before any env is built (one set per
+    /// worker thread, each non-empty and available to this process); each
+    /// worker thread pins itself as it starts, before it steps any env, and
+    /// [`ThreadBackend::start`] returns once every worker has.
+    pub affinity: Option<Affinity>,
 }
 
 /// How long shutdown waits for the worker threads to finish the envs they
@@ -298,11 +305,22 @@ impl std::fmt::Debug for ThreadBackend {
 
 impl ThreadBackend {
     /// Builds the envs (in this thread, in order) and starts the workers.
-    /// An env that fails or panics while being built is an error naming it.
+    /// An env that fails or panics while being built is an error naming it;
+    /// so is a bad [`ThreadOptions::affinity`] (checked before any env is
+    /// built) or one that a worker thread could not apply, naming the
+    /// worker.
     pub fn start(
         factories: Vec<EnvFactory>,
         options: &ThreadOptions,
     ) -> Result<ThreadBackend, ThreadError> {
+        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        let workers = options
+            .threads
+            .map_or(cores.min(factories.len().max(1)), NonZeroUsize::get);
+        let pins = match &options.affinity {
+            Some(affinity) => Some(affinity.resolve(workers)?),
+            None => None,
+        };
         let mut cells = Vec::with_capacity(factories.len());
         let mut specs = Vec::with_capacity(factories.len());
         let mut names = Vec::with_capacity(factories.len());
@@ -340,10 +358,6 @@ impl ThreadBackend {
         } else {
             None
         };
-        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-        let workers = options
-            .threads
-            .map_or(cores.min(cells.len().max(1)), NonZeroUsize::get);
         let receiver_spin = if workers >= cores {
             std::time::Duration::from_micros(50)
         } else {
@@ -360,25 +374,57 @@ impl ThreadBackend {
             workers,
             receiver_spin,
         });
+        // A pinned worker reports whether it could pin itself before it
+        // takes any work.
+        let (report, reports) = std::sync::mpsc::channel();
         let mut handles = Vec::with_capacity(workers);
+        let mut failure = None;
         for worker in 0..workers {
             let for_worker = Arc::clone(&shared);
+            let pin = pins
+                .as_ref()
+                .map(|sets| (sets[worker].clone(), report.clone()));
             let spawned = std::thread::Builder::new()
                 .name(format!("rlpool-worker-{worker}"))
-                .spawn(move || worker_loop(&for_worker, worker));
+                .spawn(move || {
+                    if let Some((cpus, report)) = pin {
+                        if !pin_worker(worker, &cpus, &report) {
+                            return;
+                        }
+                    }
+                    worker_loop(&for_worker, worker);
+                });
             match spawned {
                 Ok(handle) => handles.push(handle),
                 Err(err) => {
-                    shared.queue.stop();
-                    for handle in handles {
-                        let _ = handle.join();
-                    }
-                    return Err(ThreadError::Spawn {
+                    failure = Some(ThreadError::Spawn {
                         worker,
                         message: err.to_string(),
                     });
+                    break;
                 }
             }
+        }
+        drop(report);
+        if failure.is_none() {
+            // Cannot block forever: every started worker sends one report
+            // (`sched_setaffinity` returns at once) or drops its sender, and
+            // the iteration ends once every sender is gone. The lowest
+            // worker that failed is the one reported.
+            failure = reports
+                .iter()
+                .filter_map(|(worker, pinned): (usize, Result<(), _>)| {
+                    pinned.err().map(|err| (worker, err))
+                })
+                .min_by_key(|&(worker, _)| worker)
+                .map(|(_, err)| ThreadError::Affinity(err));
+        }
+        if let Some(err) = failure {
+            shared.queue.stop();
+            for handle in handles {
+                let _ = handle.join();
+            }
+            return Err(err);
         }
         Ok(ThreadBackend {
             shared,
@@ -770,6 +816,20 @@ fn copy_input(
         Some(row) => src.read_row(row, input),
         None => input.fill_from(src),
     }
+}
+
+/// Pins the calling worker thread to `cpus` and reports the outcome;
+/// returns whether it may go on.
+fn pin_worker(
+    worker: usize,
+    cpus: &CpuList,
+    report: &std::sync::mpsc::Sender<(usize, Result<(), affinity::AffinityError>)>,
+) -> bool {
+    let pinned = affinity::pin_current_thread(worker, cpus.as_slice());
+    let ok = pinned.is_ok();
+    // The receiver lives until every worker reported.
+    let _ = report.send((worker, pinned));
+    ok
 }
 
 fn worker_loop(shared: &Shared, worker: usize) {

@@ -83,6 +83,11 @@ pub enum ThreadError {
         /// The OS error.
         message: String,
     },
+    /// The worker threads' CPU sets ([`crate::ThreadOptions::affinity`])
+    /// are invalid, or one could not be applied (the message names the
+    /// worker).
+    #[error("worker thread CPU affinity: {0}")]
+    Affinity(#[from] affinity::AffinityError),
     /// Zero worker threads were asked for.
     #[error("the threading backend needs at least one worker thread")]
     NoThreads,

@@ -101,6 +101,7 @@ impl Kind {
         match self {
             Kind::Threads => Backend::Threading {
                 threads: NonZeroUsize::new(2),
+                affinity: None,
             },
             Kind::ProcsQueue => Backend::Multiprocessing(procs(ExchangeMode::Queue)),
             Kind::ProcsShm => Backend::Multiprocessing(procs(ExchangeMode::Shm)),

@@ -179,6 +179,7 @@ fn latency_50us_8_envs(bencher: Bencher<'_, '_>, how: &str) {
             .registered_n("LatencyEnv", 8, kwargs)
             .backend(pool::Backend::Threading {
                 threads: std::num::NonZeroUsize::new(2),
+                affinity: None,
             })
             .build()
             .expect("pool");

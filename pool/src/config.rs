@@ -11,7 +11,7 @@ use envs::{Env, EnvError, Kwargs};
 ///
 /// ```compile_fail
 /// // The threading backend has no shared-memory exchange option:
-/// let backend = pool::Backend::Threading { threads: None, exchange: pool::ExchangeMode::Shm };
+/// let backend = pool::Backend::Threading { threads: None, affinity: None, exchange: pool::ExchangeMode::Shm };
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -22,6 +22,11 @@ pub enum Backend {
         /// Number of worker threads; default: as many as the machine has
         /// cores, at most one per env.
         threads: Option<NonZeroUsize>,
+        /// The CPUs each worker thread may run on ([`crate::Affinity`]: one
+        /// set per worker thread, or a function of its index); default:
+        /// wherever the scheduler puts it. Validated before any env is
+        /// built; each worker thread pins itself before it steps any env.
+        affinity: Option<crate::Affinity>,
     },
     /// Worker processes: the program started again in worker mode (its
     /// `main` calls [`crate::init`] first), envs built there by registry
@@ -32,7 +37,10 @@ pub enum Backend {
 
 impl Default for Backend {
     fn default() -> Self {
-        Backend::Threading { threads: None }
+        Backend::Threading {
+            threads: None,
+            affinity: None,
+        }
     }
 }
 

@@ -244,6 +244,7 @@ fn plan(args: &RunArgs) -> Result<Plan, Failure> {
             }
             Backend::Threading {
                 threads: args.threads.and_then(|t| NonZeroUsize::new(t as usize)),
+                affinity: None,
             }
         }
         BackendArg::Processes => {
@@ -561,7 +562,13 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
             overhead_ns: None,
         });
         let configs: [(&str, Backend); 3] = [
-            ("threads", Backend::Threading { threads: None }),
+            (
+                "threads",
+                Backend::Threading {
+                    threads: None,
+                    affinity: None,
+                },
+            ),
             (
                 "processes, queue",
                 Backend::Multiprocessing(

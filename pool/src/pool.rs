@@ -174,7 +174,7 @@ impl PoolBuilder {
             }
         }
         let backend = match self.backend {
-            Backend::Threading { threads } => {
+            Backend::Threading { threads, affinity } => {
                 let factories = self
                     .makers
                     .into_iter()
@@ -185,6 +185,7 @@ impl PoolBuilder {
                     // A dense batch gathers every result into rows of one
                     // batch: the workers do it as they publish.
                     batch_rows: self.stack == StackMode::Dense,
+                    affinity,
                 };
                 Dispatch::Threads(ThreadBackend::start(factories, &options)?)
             }

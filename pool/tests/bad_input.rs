@@ -73,6 +73,28 @@ impl Which {
     fn builder(self) -> PoolBuilder {
         AsyncEnvPool::builder().backend(self.backend())
     }
+
+    /// A builder of 2 workers (threads, or processes of 2 envs) pinned
+    /// to `affinity`.
+    fn pinned(self, affinity: Affinity) -> PoolBuilder {
+        let backend = match self {
+            Which::Threads => Backend::Threading {
+                threads: NonZeroUsize::new(2),
+                affinity: Some(affinity),
+            },
+            _ => Backend::Multiprocessing(self.options().affinity(affinity)),
+        };
+        AsyncEnvPool::builder().backend(backend)
+    }
+}
+
+/// The affinity error a pool's build failed with, from either backend.
+fn affinity_error(err: &PoolError) -> Option<&AffinityError> {
+    match err {
+        PoolError::Backend(ThreadError::Affinity(err))
+        | PoolError::Proc(ProcError::Affinity(err)) => Some(err),
+        _ => None,
+    }
 }
 
 /// What a row's error must be.
@@ -1021,49 +1043,70 @@ fn build_rows() -> Vec<BuildRow> {
         },
         BuildRow {
             name: "fewer CPU sets than workers",
-            on: PROCS,
+            on: ALL,
             build: |w| {
-                AsyncEnvPool::builder()
-                    .backend(Backend::Multiprocessing(
-                        w.options().affinity(Affinity::per_worker([[0]])),
-                    ))
+                w.pinned(Affinity::per_worker([[0]]))
                     .registered_n("CountingEnv", 4, Kwargs::new())
                     .build()
             },
-            expected: Is(PoolError::Proc(ProcError::Affinity(AffinityError::Count {
-                sets: 1,
-                workers: 2,
-            }))),
+            expected: Like(|e| {
+                affinity_error(e)
+                    == Some(&AffinityError::Count {
+                        sets: 1,
+                        workers: 2,
+                    })
+            }),
             says: &["1 CPU sets for 2 workers"],
         },
         BuildRow {
             name: "an empty CPU set",
-            on: PROCS,
+            on: ALL,
             build: |w| {
-                AsyncEnvPool::builder()
-                    .backend(Backend::Multiprocessing(w.options().affinity(
-                        Affinity::by_worker(|w| if w == 1 { vec![] } else { vec![0] }),
-                    )))
-                    .registered_n("CountingEnv", 4, Kwargs::new())
-                    .build()
+                w.pinned(Affinity::by_worker(
+                    |w| if w == 1 { vec![] } else { vec![0] },
+                ))
+                .registered_n("CountingEnv", 4, Kwargs::new())
+                .build()
             },
-            expected: Like(|e| matches!(e, PoolError::Proc(ProcError::Affinity(_)))),
+            expected: Like(|e| affinity_error(e) == Some(&AffinityError::Empty { worker: 1 })),
             says: &["worker 1: empty CPU set"],
         },
         BuildRow {
             name: "a CPU this process may not use",
-            on: PROCS,
+            on: ALL,
             build: |w| {
-                AsyncEnvPool::builder()
-                    .backend(Backend::Multiprocessing(
-                        w.options()
-                            .affinity(Affinity::per_worker([vec![0], vec![100_000]])),
-                    ))
+                w.pinned(Affinity::per_worker([vec![0], vec![1000]]))
                     .registered_n("CountingEnv", 4, Kwargs::new())
                     .build()
             },
-            expected: Like(|e| matches!(e, PoolError::Proc(ProcError::Affinity(_)))),
-            says: &["worker 1", "CPU 100000"],
+            expected: Like(|e| {
+                matches!(
+                    affinity_error(e),
+                    Some(AffinityError::Unavailable {
+                        worker: 1,
+                        cpu: 1000,
+                        ..
+                    })
+                )
+            }),
+            says: &["worker 1", "CPU 1000 is not available"],
+        },
+        BuildRow {
+            name: "a CPU beyond any CPU set",
+            on: ALL,
+            build: |w| {
+                w.pinned(Affinity::per_worker([vec![0], vec![100_000]]))
+                    .registered_n("CountingEnv", 4, Kwargs::new())
+                    .build()
+            },
+            expected: Like(|e| {
+                affinity_error(e)
+                    == Some(&AffinityError::OutOfRange {
+                        worker: 1,
+                        cpu: 100_000,
+                    })
+            }),
+            says: &["worker 1", "CPU 100000 is out of range"],
         },
     ]
 }
@@ -1118,6 +1161,7 @@ fn zero_threads_cannot_be_asked_for() {
         for backend in [
             Backend::Threading {
                 threads: NonZeroUsize::new(0),
+                affinity: None,
             },
             Backend::Multiprocessing(options),
         ] {

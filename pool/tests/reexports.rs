@@ -31,7 +31,10 @@ fn the_pool_items_are_reexported() {
     );
     assert_eq!(
         pool::Backend::default(),
-        pool::Backend::Threading { threads: None }
+        pool::Backend::Threading {
+            threads: None,
+            affinity: None
+        }
     );
     assert_eq!(pool::StackMode::default(), pool::StackMode::Dense);
     assert_ne!(pool::ResolvedExchange::Queue, pool::ResolvedExchange::Shm);

@@ -19,6 +19,7 @@ fn actions(n: usize) -> TensorDict {
 fn one_thread() -> Backend {
     Backend::Threading {
         threads: std::num::NonZeroUsize::new(1),
+        affinity: None,
     }
 }
 

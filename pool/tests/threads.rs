@@ -11,8 +11,8 @@ use pool::envs::{CountingEnv, Env, EnvError, EnvSpecs, Kwargs};
 use pool::specs::{Composite, TensorSpec};
 use pool::tensordict::{DType, NestedKey, TensorDict, TensorDictError};
 use pool::{
-    AsyncEnvPool, Backend, EnvMaker, PoolBuilder, PoolError, ResolvedExchange, StackMode, Target,
-    ThreadError,
+    Affinity, AffinityError, AsyncEnvPool, Backend, EnvMaker, PoolBuilder, PoolError,
+    ResolvedExchange, StackMode, Target, ThreadError,
 };
 
 use common::test_envs::{self, fault_message, faulty_kwargs, Fault, FAULTY};
@@ -40,6 +40,64 @@ fn the_pool_is_send_and_sync() {
     assert_send_sync::<PoolError>();
 }
 
+/// Worker threads may be pinned (DESIGN: affinity for threads too): each
+/// pins itself before it steps an env, so an env sees the CPU set of the
+/// thread that steps it; a bad set fails the build, naming the worker.
+#[test]
+fn worker_threads_are_pinned_to_their_cpus() {
+    watchdog(|| {
+        test_envs::register();
+        let available = pool::available_cpus().unwrap();
+        let pinned = |threads: usize, affinity: Affinity| {
+            AsyncEnvPool::builder()
+                .backend(Backend::Threading {
+                    threads: std::num::NonZeroUsize::new(threads),
+                    affinity: Some(affinity),
+                })
+                .registered_n(test_envs::WHERE_AM_I, 4, Kwargs::new())
+                .build()
+        };
+        // One thread on the first available CPU (CPU 0 on most machines):
+        // every env reports that CPU alone, from this process.
+        let first = available[0];
+        let pool = pinned(1, Affinity::per_worker([[first]])).unwrap();
+        for _ in 0..3 {
+            let root = pool.reset(None).unwrap().into_dense().unwrap();
+            let obs = root.tensor("observation").unwrap().to_vec::<i64>().unwrap();
+            for env in obs.chunks(3) {
+                assert_eq!(env, [1, first as i64, i64::from(std::process::id())]);
+            }
+        }
+        // Two threads spread over the available CPUs: an env stepped by
+        // either reports one CPU, one of the two.
+        let spread: Vec<usize> = (0..2).map(|w| available[w % available.len()]).collect();
+        let sets = spread.clone();
+        let pool = pinned(2, Affinity::by_worker(move |w| [sets[w]])).unwrap();
+        let root = pool.reset(None).unwrap().into_dense().unwrap();
+        let obs = root.tensor("observation").unwrap().to_vec::<i64>().unwrap();
+        for env in obs.chunks(3) {
+            assert_eq!(env[0], 1, "{obs:?}");
+            assert!(spread.contains(&(env[1] as usize)), "{obs:?}");
+        }
+        // A set per thread, checked before anything is built.
+        let err = pinned(2, Affinity::per_worker([[first]])).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PoolError::Backend(ThreadError::Affinity(AffinityError::Count {
+                    sets: 1,
+                    workers: 2
+                }))
+            ),
+            "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "worker thread CPU affinity: 1 CPU sets for 2 workers: give one set per worker"
+        );
+    });
+}
+
 /// Threads have no shared-memory exchange: `Queue`, no exchange keys, no
 /// exchange statistics (with or without a reset of the counters).
 #[test]
@@ -49,7 +107,13 @@ fn threads_report_the_queue_exchange() {
         .registered_n("CountingEnv", 3, Kwargs::new())
         .build()
         .unwrap();
-    assert_eq!(Backend::default(), Backend::Threading { threads: None });
+    assert_eq!(
+        Backend::default(),
+        Backend::Threading {
+            threads: None,
+            affinity: None
+        }
+    );
     assert_eq!(pool.resolved_exchange(), ResolvedExchange::Queue);
     assert!(pool.exchange_keys().is_empty());
     pool.step(common::actions(&[1; 3])).unwrap();

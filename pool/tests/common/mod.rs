@@ -122,6 +122,7 @@ pub(crate) type Configure = fn(PoolBuilder) -> PoolBuilder;
 pub(crate) fn threads(n: usize) -> Backend {
     Backend::Threading {
         threads: Some(NonZeroUsize::new(n).expect("at least one thread")),
+        affinity: None,
     }
 }
 

@@ -1,14 +1,40 @@
-//! CPU affinity of worker processes: [`Affinity`] (one CPU set per worker, or
-//! a function of the worker index), resolved and validated in the parent into
-//! one [`CpuList`] per worker before any worker starts, then applied by each
-//! worker to its main thread before it starts any other thread or builds an
-//! env, so that every thread of the worker (and every process it starts)
-//! inherits it.
+//! CPU affinity of rlpool's workers: [`Affinity`] (one CPU set per worker,
+//! or a function of the worker index), resolved and validated into one
+//! [`CpuList`] per worker before any worker starts, then applied by each
+//! worker to itself ([`pin_current_thread`]) before it does any work.
+//!
+//! The process backend (`pool-proc`) pins each worker process's main thread
+//! before it starts any other thread or builds an env, so that every thread
+//! of the worker inherits the set; the threading backend (`pool-thread`)
+//! pins each worker thread as it starts, before it steps any env.
 //!
 //! Linux only: the sets are read and written with `sched_getaffinity(2)` and
 //! `sched_setaffinity(2)`. The pool never chooses a partition itself: it can
 //! see which CPUs this process may use, not which ones the application keeps
 //! for other work or how many threads an env needs.
+//!
+//! ```
+//! use affinity::{available_cpus, current_cpus, pin_current_thread, Affinity};
+//!
+//! // Worker w on the w-th CPU this process may use, round robin.
+//! let cpus = available_cpus()?;
+//! let spread = {
+//!     let cpus = cpus.clone();
+//!     Affinity::by_worker(move |w| [cpus[w % cpus.len()]])
+//! };
+//! let sets = spread.resolve(2)?;
+//! assert_eq!(sets[0].as_slice(), &[cpus[0]]);
+//!
+//! // What worker 0 does first, on its own thread.
+//! let set = sets[0].clone();
+//! let seen = std::thread::spawn(move || {
+//!     pin_current_thread(0, set.as_slice()).and_then(|()| current_cpus())
+//! })
+//! .join()
+//! .expect("no panic")?;
+//! assert_eq!(seen, vec![cpus[0]]);
+//! # Ok::<(), affinity::AffinityError>(())
+//! ```
 
 use std::fmt;
 use std::sync::Arc;
@@ -31,10 +57,10 @@ use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 /// same function (the same `Arc`), since functions cannot be compared.
 ///
 /// ```
-/// use pool_proc::Affinity;
+/// use affinity::Affinity;
 ///
 /// // The first CPU this process may use (CPU 0 on most machines).
-/// let first = pool_proc::available_cpus()?[0];
+/// let first = affinity::available_cpus()?[0];
 ///
 /// // Both workers on it; duplicates are folded.
 /// let fixed = Affinity::per_worker([vec![first], vec![first, first]]);
@@ -44,7 +70,7 @@ use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 /// // The same, computed from the worker index.
 /// let computed = Affinity::by_worker(move |_worker| [first]);
 /// assert_eq!(computed.resolve(3)?.len(), 3);
-/// # Ok::<(), pool_proc::AffinityError>(())
+/// # Ok::<(), affinity::AffinityError>(())
 /// ```
 #[derive(Clone)]
 pub enum Affinity {
@@ -286,17 +312,18 @@ pub fn current_cpus() -> Result<Vec<usize>, AffinityError> {
 
 /// Pins the calling thread of worker `worker` to `cpus`.
 ///
-/// A worker calls it on its main thread before it starts any other thread,
-/// so that every later thread (and child process) inherits the set. `cpus`
-/// comes from [`Affinity::resolve`] in the parent; it is checked again here
-/// (non-empty, in range) because it crossed a process boundary.
+/// A worker process calls it on its main thread before it starts any other
+/// thread, so that every later thread (and child process) inherits the set;
+/// a worker thread calls it as it starts. `cpus` usually comes from
+/// [`Affinity::resolve`]; it is checked again here (non-empty, in range),
+/// since it may have crossed a process boundary.
 ///
 /// # Errors
 ///
 /// [`AffinityError::Empty`], [`AffinityError::OutOfRange`], or
 /// [`AffinityError::Pin`] if the kernel refuses the set (none of its CPUs is
 /// online and allowed to this worker).
-pub(crate) fn apply(worker: usize, cpus: &[usize]) -> Result<(), AffinityError> {
+pub fn pin_current_thread(worker: usize, cpus: &[usize]) -> Result<(), AffinityError> {
     check_in_range(worker, cpus)?;
     let mut set = CpuSet::new();
     for &cpu in cpus {
@@ -335,38 +362,38 @@ mod tests {
     }
 
     #[test]
-    fn apply_first_available_cpu_then_current_cpus_reports_it() {
+    fn pin_first_available_cpu_then_current_cpus_reports_it() {
         let first = available_cpus().unwrap()[0];
         let current = on_new_thread(move || {
-            apply(0, &[first]).unwrap();
+            pin_current_thread(0, &[first]).unwrap();
             current_cpus().unwrap()
         });
         assert_eq!(current, vec![first]);
     }
 
     #[test]
-    fn apply_cpu_0_then_current_cpus_reports_0() {
+    fn pin_cpu_0_then_current_cpus_reports_0() {
         // The brief's machine: CPU 0 is available. Skip where it is not
         // (run under `taskset` without CPU 0, say).
         if !available_cpus().unwrap().contains(&0) {
             return;
         }
         let current = on_new_thread(|| {
-            apply(0, &[0]).unwrap();
+            pin_current_thread(0, &[0]).unwrap();
             current_cpus().unwrap()
         });
         assert_eq!(current, vec![0]);
     }
 
     #[test]
-    fn resolved_available_set_round_trips_through_apply() {
+    fn resolved_available_set_round_trips_through_pinning() {
         let available = available_cpus().unwrap();
         let lists = Affinity::per_worker([available.clone()])
             .resolve(1)
             .unwrap();
         let list = lists.into_iter().next().unwrap();
         let current = on_new_thread(move || {
-            apply(0, list.as_slice()).unwrap();
+            pin_current_thread(0, list.as_slice()).unwrap();
             current_cpus().unwrap()
         });
         assert_eq!(current, available);
@@ -380,7 +407,7 @@ mod tests {
         }
         let first = available[0];
         let result = on_new_thread(move || {
-            apply(0, &[first]).unwrap();
+            pin_current_thread(0, &[first]).unwrap();
             (
                 available_cpus().unwrap(),
                 Affinity::per_worker([available]).resolve(1),
@@ -394,15 +421,15 @@ mod tests {
     }
 
     #[test]
-    fn apply_refuses_an_empty_set() {
-        let err = on_new_thread(|| apply(2, &[])).unwrap_err();
+    fn pin_refuses_an_empty_set() {
+        let err = on_new_thread(|| pin_current_thread(2, &[])).unwrap_err();
         assert_eq!(err, AffinityError::Empty { worker: 2 });
         assert_eq!(err.to_string(), "worker 2: empty CPU set");
     }
 
     #[test]
-    fn apply_refuses_a_cpu_beyond_a_cpu_set() {
-        let err = on_new_thread(|| apply(1, &[0, CpuSet::MAX_CPU])).unwrap_err();
+    fn pin_refuses_a_cpu_beyond_a_cpu_set() {
+        let err = on_new_thread(|| pin_current_thread(1, &[0, CpuSet::MAX_CPU])).unwrap_err();
         assert_eq!(
             err,
             AffinityError::OutOfRange {
@@ -421,7 +448,7 @@ mod tests {
     }
 
     #[test]
-    fn apply_reports_the_kernel_refusing_a_cpu_that_does_not_exist() {
+    fn pin_reports_the_kernel_refusing_a_cpu_that_does_not_exist() {
         // The highest index a set holds, if this process may not use it:
         // on any machine with fewer CPUs than a set holds, it does not exist,
         // and the kernel refuses a set with no online CPU.
@@ -432,7 +459,7 @@ mod tests {
         else {
             return;
         };
-        let err = on_new_thread(move || apply(3, &[cpu])).unwrap_err();
+        let err = on_new_thread(move || pin_current_thread(3, &[cpu])).unwrap_err();
         assert_eq!(
             err,
             AffinityError::Pin {
