@@ -1351,7 +1351,10 @@ impl Exchange {
     ///
     /// `result` and `next` hold every key of their schemas with its dtype
     /// and shape (build them with [`Schema::zeros`]); the keys the worker
-    /// did not publish keep their values.
+    /// did not publish keep their values. A buffer that does not fit is a
+    /// [`ReadError::Schema`] error, after the fields before the misfit were
+    /// copied (each field is looked up once, checked and copied: the
+    /// lookups were most of a pool's receive).
     pub fn read_into(
         &self,
         slot: usize,
@@ -1373,28 +1376,6 @@ impl Exchange {
         }
         let result_schema = shared.layout.schema(Area::Result);
         let next_schema = shared.layout.schema(Area::Next);
-        // Each field of both areas must be a tensor of the schema's dtype
-        // and shape in the caller's tensordicts (checked before anything is
-        // copied).
-        for (area, schema, td) in [
-            (Area::Result, result_schema, &*result),
-            (Area::Next, next_schema, &*next),
-        ] {
-            for field in schema.fields() {
-                let fits = td
-                    .tensor(field.key())
-                    .is_ok_and(|t| t.dtype() == field.dtype() && t.shape() == field.shape());
-                if !fits {
-                    return Err(ReadError::Schema {
-                        slot,
-                        area,
-                        source: schema.check(td).err().unwrap_or(SchemaError::UnknownKeys {
-                            keys: vec![field.key().clone()],
-                        }),
-                    });
-                }
-            }
-        }
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
             let sizes = |schema: &Schema| schema.fields().iter().map(Field::nbytes).sum::<usize>();
@@ -1410,16 +1391,33 @@ impl Exchange {
             if snap.clock <= after {
                 return Ok(None);
             }
-            for (schema, td, parts, mask) in [
-                (result_schema, result, &result_parts, snap.result_mask),
-                (next_schema, next, &next_parts, snap.next_mask),
+            // Each field of both areas must be a tensor of the schema's
+            // dtype and shape in the caller's tensordicts; the published
+            // ones are copied.
+            for (area, schema, td, parts, mask) in [
+                (
+                    Area::Result,
+                    result_schema,
+                    result,
+                    &result_parts,
+                    snap.result_mask,
+                ),
+                (Area::Next, next_schema, next, &next_parts, snap.next_mask),
             ] {
                 for (i, (field, part)) in schema.fields().iter().zip(parts).enumerate() {
-                    if mask & (1 << i) != 0 {
-                        td.tensor_mut(field.key())
-                            .expect("checked above")
-                            .bytes_mut()
-                            .copy_from_slice(part);
+                    match td.tensor_mut(field.key()) {
+                        Ok(mut t) if t.dtype() == field.dtype() && t.shape() == field.shape() => {
+                            if mask & (1 << i) != 0 {
+                                t.bytes_mut().copy_from_slice(part);
+                            }
+                        }
+                        _ => {
+                            let source =
+                                schema.check(td).err().unwrap_or(SchemaError::UnknownKeys {
+                                    keys: vec![field.key().clone()],
+                                });
+                            return Err(ReadError::Schema { slot, area, source });
+                        }
                     }
                 }
             }
