@@ -134,19 +134,25 @@ impl Book {
             tds: SmallVec::new(),
             envs,
         };
+        // The previous env's send and its index in `taken.sends`: the envs
+        // of one send are usually taken together.
+        let mut last = None;
         for &env in &taken.envs {
             debug_assert_eq!(self.states[env], EnvState::InFlight { op, per_env: false });
             self.states[env] = EnvState::Taking;
             let Origin { send, row } = self.origins[env];
-            // The envs of one send are usually taken together.
-            let at = match taken.sends.iter().rposition(|&s| s == send) {
-                Some(at) => at,
-                None => {
-                    taken.sends.push(send);
-                    taken.tds.push(self.sends[send].td.clone());
-                    taken.sends.len() - 1
-                }
+            let at = match last {
+                Some((last_send, at)) if last_send == send => at,
+                _ => match taken.sends.iter().position(|&s| s == send) {
+                    Some(at) => at,
+                    None => {
+                        taken.sends.push(send);
+                        taken.tds.push(self.sends[send].td.clone());
+                        taken.sends.len() - 1
+                    }
+                },
             };
+            last = Some((send, at));
             taken.rows.push((at, row));
         }
         self.batch_in_flight[op as usize] -= taken.envs.len();
@@ -896,12 +902,27 @@ impl AsyncEnvPool {
             (first, first_row) => {
                 let template = Self::root_row(first, first_row)?;
                 let mut batch = TensorDict::zeros_stacked(&template, k)?;
-                for j in 0..k {
-                    match taken.origin(j) {
-                        (Some(td), Some(row)) => batch.copy_row(j, td, row)?,
-                        (Some(td), None) => batch.write_row(j, td)?,
-                        (None, _) => {}
+                // One send at a time, its rows column by column.
+                let mut at: SmallVec<[usize; 64]> = SmallVec::new();
+                let mut rows: SmallVec<[usize; 64]> = SmallVec::new();
+                for (send, td) in taken.tds.iter().enumerate() {
+                    // A reset's envs: no root entries.
+                    let Some(td) = td.as_deref() else {
+                        continue;
+                    };
+                    at.clear();
+                    rows.clear();
+                    for (j, &(of, row)) in taken.rows.iter().enumerate() {
+                        match row {
+                            _ if of != send => {}
+                            Some(row) => {
+                                at.push(j);
+                                rows.push(row);
+                            }
+                            None => batch.write_row(j, td)?,
+                        }
                     }
+                    batch.copy_rows(&at, td, &rows)?;
                 }
                 Ok(batch)
             }
