@@ -63,7 +63,17 @@ struct Book {
     /// Per op: the number of envs in flight for a batch receive (not sent
     /// with a per-env target).
     batch_in_flight: [usize; 3],
+    /// The buffers of the last batch receive, for the next one.
+    spare: Spare,
     shut_down: bool,
+}
+
+/// A batch receive's lists, kept for the next receive so that a steady
+/// collector allocates none.
+#[derive(Debug, Default)]
+struct Spare {
+    envs: Vec<usize>,
+    rows: Vec<(usize, Option<usize>)>,
 }
 
 impl Book {
@@ -74,6 +84,7 @@ impl Book {
             sends: Vec::new(),
             busy: 0,
             batch_in_flight: [0; 3],
+            spare: Spare::default(),
             shut_down: false,
         }
     }
@@ -128,8 +139,11 @@ impl Book {
     /// Marks `envs` (in flight for a batch receive of `op`) taken, and
     /// gathers their inputs' origins.
     fn take(&mut self, op: Op, envs: Vec<usize>) -> Taken {
+        let mut rows = std::mem::take(&mut self.spare.rows);
+        rows.clear();
+        rows.reserve(envs.len());
         let mut taken = Taken {
-            rows: Vec::with_capacity(envs.len()),
+            rows,
             sends: SmallVec::new(),
             tds: SmallVec::new(),
             envs,
@@ -744,6 +758,9 @@ impl AsyncEnvPool {
             if book.shut_down || backend.is_shut_down() {
                 return Err(PoolError::ShutDown);
             }
+            if ready.capacity() == 0 {
+                ready = std::mem::take(&mut book.spare.envs);
+            }
             // Checked on every pass: another thread may have taken results
             // (per-env receives) since the call began.
             let in_flight = book.batch_in_flight[op as usize];
@@ -1065,6 +1082,8 @@ impl AsyncEnvPool {
             Ok(built) => {
                 self.backend().record_batch(&taken.envs, recv.max_get, op);
                 self.release(&taken.envs);
+                let Taken { envs, rows, .. } = taken;
+                self.book().spare = Spare { envs, rows };
                 Ok(built)
             }
             Err(err) => {
