@@ -390,6 +390,35 @@ fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     }
 }
 
+/// Copies row `rows[j]` of `src` into row `at.get(j)` of `dst`, rows of
+/// `n` bytes: the sizes of a small row as fixed-size moves, chosen once for
+/// all rows (not per row, as [`copy_bytes`] does).
+fn copy_rows_bytes(dst: &mut [u8], src: &[u8], n: usize, rows: &[usize], at: RowsAt<'_>) {
+    /// `N` bytes a row (`N == 0`: `n`, with a `memcpy` each).
+    #[inline(always)]
+    fn rows_of<const N: usize>(
+        dst: &mut [u8],
+        src: &[u8],
+        n: usize,
+        rows: &[usize],
+        at: RowsAt<'_>,
+    ) {
+        let n = if N == 0 { n } else { N };
+        for (j, &row) in rows.iter().enumerate() {
+            let to = at.get(j);
+            dst[to * n..(to + 1) * n].copy_from_slice(&src[row * n..(row + 1) * n]);
+        }
+    }
+    match n {
+        1 => rows_of::<1>(dst, src, n, rows, at),
+        2 => rows_of::<2>(dst, src, n, rows, at),
+        4 => rows_of::<4>(dst, src, n, rows, at),
+        8 => rows_of::<8>(dst, src, n, rows, at),
+        16 => rows_of::<16>(dst, src, n, rows, at),
+        _ => rows_of::<0>(dst, src, n, rows, at),
+    }
+}
+
 /// Whether two shapes are equal, without a `memcmp` call (shapes are short).
 #[inline]
 fn same_shape(a: &[usize], b: &[usize]) -> bool {
@@ -547,10 +576,7 @@ fn gather_at(
                 let mut g = Tensor::try_zeros(t.dtype(), &shape)?;
                 let n = t.nbytes() / t.shape()[0].max(1);
                 if n > 0 {
-                    let src = t.as_bytes();
-                    for (chunk, &row) in g.bytes_mut().chunks_exact_mut(n).zip(rows) {
-                        copy_bytes(chunk, &src[row * n..(row + 1) * n]);
-                    }
+                    copy_rows_bytes(g.bytes_mut(), t.as_bytes(), n, rows, RowsAt::From(0));
                 }
                 Entry::Tensor(g)
             }
@@ -603,23 +629,7 @@ fn gather_into_at(
             {
                 let n = t.nbytes() / t.shape()[0].max(1);
                 if n > 0 {
-                    let src = t.as_bytes();
-                    let bytes = dst.bytes_mut();
-                    match at {
-                        RowsAt::From(first) => {
-                            for (chunk, &row) in bytes[first * n..].chunks_exact_mut(n).zip(rows) {
-                                copy_bytes(chunk, &src[row * n..(row + 1) * n]);
-                            }
-                        }
-                        RowsAt::At(at) => {
-                            for (&to, &row) in at.iter().zip(rows) {
-                                copy_bytes(
-                                    &mut bytes[to * n..(to + 1) * n],
-                                    &src[row * n..(row + 1) * n],
-                                );
-                            }
-                        }
-                    }
+                    copy_rows_bytes(dst.bytes_mut(), t.as_bytes(), n, rows, at);
                 }
             }
             (
