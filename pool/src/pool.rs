@@ -34,7 +34,8 @@ enum EnvState {
 #[derive(Debug, Default)]
 struct SentTd {
     td: Option<Arc<TensorDict>>,
-    /// Its envs not yet released; zero: the entry is free.
+    /// Its envs not yet released; zero: the entry is free (in
+    /// [`Book::free`]).
     envs: usize,
 }
 
@@ -58,6 +59,8 @@ struct Book {
     origins: Vec<Origin>,
     /// The sends that have envs not yet released; free entries are reused.
     sends: Vec<SentTd>,
+    /// The free entries of `sends`.
+    free: Vec<usize>,
     /// The number of envs not idle.
     busy: usize,
     /// Per op: the number of envs in flight for a batch receive (not sent
@@ -82,6 +85,7 @@ impl Book {
             states: vec![EnvState::Idle; n],
             origins: vec![Origin::default(); n],
             sends: Vec::new(),
+            free: Vec::new(),
             busy: 0,
             batch_in_flight: [0; 3],
             spare: Spare::default(),
@@ -99,11 +103,14 @@ impl Book {
     /// Marks the envs of `jobs` (idle) in flight for `op`, their inputs
     /// from `td`.
     fn send(&mut self, op: Op, per_env: bool, jobs: &[Job], td: Option<Arc<TensorDict>>) {
+        if jobs.is_empty() {
+            return;
+        }
         let entry = SentTd {
             td,
             envs: jobs.len(),
         };
-        let send = match self.sends.iter().position(|s| s.envs == 0) {
+        let send = match self.free.pop() {
             Some(free) => {
                 self.sends[free] = entry;
                 free
@@ -207,10 +214,12 @@ impl Book {
         for env in envs {
             debug_assert_eq!(self.states[env], EnvState::Taking);
             self.states[env] = EnvState::Idle;
-            let sent = &mut self.sends[self.origins[env].send];
+            let send = self.origins[env].send;
+            let sent = &mut self.sends[send];
             sent.envs -= 1;
             if sent.envs == 0 {
                 sent.td = None;
+                self.free.push(send);
             }
         }
     }
@@ -1335,4 +1344,57 @@ fn env_index_of(td: &TensorDict) -> Result<Vec<usize>, PoolError> {
         .into_iter()
         .map(|v| usize::try_from(v).map_err(|_| bad(format!("env index {v} is negative"))))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn td(n: usize) -> Option<Arc<TensorDict>> {
+        Some(Arc::new(TensorDict::new(&[n])))
+    }
+
+    #[test]
+    fn the_book_counts_envs_and_frees_a_send_with_its_last_env() {
+        let mut book = Book::new(4);
+        let first = td(2);
+        book.send(
+            Op::Step,
+            false,
+            &[(1, Some(0)), (3, Some(1))],
+            first.clone(),
+        );
+        book.send(Op::Step, true, &[(0, None)], td(1));
+        assert_eq!(book.busy, 3);
+        assert_eq!(book.batch_in_flight, [0, 2, 0]);
+        assert_eq!(book.busy_envs(), vec![0, 1, 3]);
+
+        // Two envs of one send: one tensordict, rows in order.
+        let taken = book.take(Op::Step, vec![1, 3]);
+        assert_eq!(taken.tds.len(), 1);
+        assert_eq!(taken.rows, vec![(0, Some(0)), (0, Some(1))]);
+        assert_eq!(book.batch_in_flight, [0, 0, 0]);
+        book.put_back(Op::Step, &[1, 3], false);
+        assert_eq!(book.batch_in_flight, [0, 2, 0]);
+
+        let one = book.take_env(3, Op::Step, false);
+        assert_eq!(one.row, Some(1));
+        book.release([3].into_iter());
+        // Env 1 still holds the send: its tensordict stays.
+        assert_eq!(Arc::strong_count(first.as_ref().unwrap()), 4);
+        drop((taken, one));
+        book.take_env(1, Op::Step, false);
+        book.release([1].into_iter());
+        assert_eq!(Arc::strong_count(first.as_ref().unwrap()), 1);
+        assert_eq!(book.busy, 1);
+        assert_eq!(book.batch_in_flight, [0, 0, 0]);
+
+        // The freed entry is reused by the next send.
+        let sends = book.sends.len();
+        book.send(Op::Reset, false, &[(2, Some(0))], None);
+        assert_eq!(book.sends.len(), sends);
+        book.unsend(Op::Reset, false, &[(2, Some(0))]);
+        assert_eq!(book.busy, 1);
+        assert_eq!(book.batch_in_flight, [0, 0, 0]);
+    }
 }
