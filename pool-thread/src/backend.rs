@@ -585,6 +585,7 @@ impl ThreadBackend {
     }
 
     /// True if env `env`'s result (or error) is waiting to be taken.
+    #[inline]
     pub fn is_done(&self, env: usize) -> bool {
         // Acquire: pairs with the worker's Release store of DONE/FAILED.
         matches!(
@@ -595,11 +596,13 @@ impl ThreadBackend {
 
     /// When env `env`'s result was published (a generation; smaller is
     /// older). Meaningful once [`ThreadBackend::is_done`] is true.
+    #[inline]
     pub fn published(&self, env: usize) -> u64 {
         self.shared.published[env].load(Ordering::Relaxed)
     }
 
     /// True if env `env` failed and its error is waiting to be taken.
+    #[inline]
     pub fn is_failed(&self, env: usize) -> bool {
         self.shared.phases[env].load(Ordering::Acquire) == FAILED
     }
@@ -756,6 +759,7 @@ impl ThreadBackend {
     /// Marks env `env` idle, dropping its result or error (after a
     /// [`ThreadBackend::peek`]). Takes no lock: the next send overwrites the
     /// slot's buffers and clears any error.
+    #[inline]
     pub fn release(&self, env: usize) {
         // Release: pairs with the Acquire of the next send's check (through
         // the facade's book lock) and the worker's Acquire of QUEUED.

@@ -129,10 +129,20 @@ impl Dispatch {
         }
     }
 
-    pub(crate) fn is_failed(&self, env: usize) -> bool {
+    /// Appends to `ready` those of `envs` whose result (or error) is
+    /// waiting to be taken.
+    pub(crate) fn ready_among(&self, envs: impl Iterator<Item = usize>, ready: &mut Vec<usize>) {
         match self {
-            Dispatch::Threads(b) => b.is_failed(env),
-            Dispatch::Procs(b) => b.is_failed(env),
+            Dispatch::Threads(b) => ready.extend(envs.filter(|&env| b.is_done(env))),
+            Dispatch::Procs(b) => ready.extend(envs.filter(|&env| b.is_done(env))),
+        }
+    }
+
+    /// The first of `envs` (done) that failed, if any.
+    pub(crate) fn first_failed(&self, envs: &[usize]) -> Option<usize> {
+        match self {
+            Dispatch::Threads(b) => envs.iter().copied().find(|&env| b.is_failed(env)),
+            Dispatch::Procs(b) => envs.iter().copied().find(|&env| b.is_failed(env)),
         }
     }
 

@@ -2,12 +2,14 @@
 //! envs, targets, `min_get` / `max_get` / deadline, ordering, stacking,
 //! `env_index`) and drives a backend through a private dispatch enum.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use pool_proc::ProcBackend;
 use pool_thread::{Op, ThreadBackend, ThreadOptions};
+use smallvec::SmallVec;
 use tensordict::{Entry, NonTensor, StackedTensorDict, TensorDict};
 
 use crate::config::{EnvMaker, MakerKind};
@@ -26,19 +28,201 @@ enum EnvState {
     Taking,
 }
 
-/// The tensordict (and row) an env's input came from: the root of its
-/// step result.
-#[derive(Clone, Debug)]
-struct Sent {
+/// The tensordict of one send, the root of its envs' step results, kept
+/// while any of its envs is not yet released: one shared entry per send,
+/// not a clone per env.
+#[derive(Debug, Default)]
+struct SentTd {
     td: Option<Arc<TensorDict>>,
+    /// Its envs not yet released; zero: the entry is free (in
+    /// [`Book::free`]).
+    envs: usize,
+}
+
+/// Where an env's input came from: its send (an index into
+/// [`Book::sends`]) and its row there (`None`: the whole tensordict).
+#[derive(Clone, Copy, Debug, Default)]
+struct Origin {
+    send: usize,
     row: Option<usize>,
 }
 
+/// An env a send addresses and its row of the sent tensordict (`None`:
+/// the whole tensordict).
+type Job = (usize, Option<usize>);
+
+/// The facade's bookkeeping of every env, under one lock.
 #[derive(Debug)]
 struct Book {
     states: Vec<EnvState>,
-    sent: Vec<Sent>,
+    /// Per env not idle: where its input came from.
+    origins: Vec<Origin>,
+    /// The sends that have envs not yet released; free entries are reused.
+    sends: Vec<SentTd>,
+    /// The free entries of `sends`.
+    free: Vec<usize>,
+    /// The number of envs not idle.
+    busy: usize,
+    /// Per op: the number of envs in flight for a batch receive (not sent
+    /// with a per-env target).
+    batch_in_flight: [usize; 3],
+    /// The buffers of the last batch receive, for the next one.
+    spare: Spare,
     shut_down: bool,
+}
+
+/// A batch receive's lists, kept for the next receive so that a steady
+/// collector allocates none.
+#[derive(Debug, Default)]
+struct Spare {
+    envs: Vec<usize>,
+    rows: Vec<(usize, Option<usize>)>,
+}
+
+impl Book {
+    fn new(n: usize) -> Book {
+        Book {
+            states: vec![EnvState::Idle; n],
+            origins: vec![Origin::default(); n],
+            sends: Vec::new(),
+            free: Vec::new(),
+            busy: 0,
+            batch_in_flight: [0; 3],
+            spare: Spare::default(),
+            shut_down: false,
+        }
+    }
+
+    /// The envs not idle, in order.
+    fn busy_envs(&self) -> Vec<usize> {
+        (0..self.states.len())
+            .filter(|&e| self.states[e] != EnvState::Idle)
+            .collect()
+    }
+
+    /// Marks the envs of `jobs` (idle) in flight for `op`, their inputs
+    /// from `td`.
+    fn send(&mut self, op: Op, per_env: bool, jobs: &[Job], td: Option<Arc<TensorDict>>) {
+        if jobs.is_empty() {
+            return;
+        }
+        let entry = SentTd {
+            td,
+            envs: jobs.len(),
+        };
+        let send = match self.free.pop() {
+            Some(free) => {
+                self.sends[free] = entry;
+                free
+            }
+            None => {
+                self.sends.push(entry);
+                self.sends.len() - 1
+            }
+        };
+        let state = EnvState::InFlight { op, per_env };
+        for &(env, row) in jobs {
+            debug_assert_eq!(self.states[env], EnvState::Idle);
+            self.states[env] = state;
+            self.origins[env] = Origin { send, row };
+        }
+        self.busy += jobs.len();
+        if !per_env {
+            self.batch_in_flight[op as usize] += jobs.len();
+        }
+    }
+
+    /// Marks the envs of a failed [`Book::send`] idle again.
+    fn unsend(&mut self, op: Op, per_env: bool, jobs: &[Job]) {
+        if !per_env {
+            self.batch_in_flight[op as usize] -= jobs.len();
+        }
+        for &(env, _) in jobs {
+            self.states[env] = EnvState::Taking;
+        }
+        self.release(jobs.iter().map(|&(env, _)| env));
+    }
+
+    /// Marks `envs` (in flight for a batch receive of `op`) taken, and
+    /// gathers their inputs' origins.
+    fn take(&mut self, op: Op, envs: Vec<usize>) -> Taken {
+        let mut rows = std::mem::take(&mut self.spare.rows);
+        rows.clear();
+        rows.reserve(envs.len());
+        let mut taken = Taken {
+            rows,
+            sends: SmallVec::new(),
+            tds: SmallVec::new(),
+            envs,
+        };
+        // The previous env's send and its index in `taken.sends`: the envs
+        // of one send are usually taken together.
+        let mut last = None;
+        for &env in &taken.envs {
+            debug_assert_eq!(self.states[env], EnvState::InFlight { op, per_env: false });
+            self.states[env] = EnvState::Taking;
+            let Origin { send, row } = self.origins[env];
+            let at = match last {
+                Some((last_send, at)) if last_send == send => at,
+                _ => match taken.sends.iter().position(|&s| s == send) {
+                    Some(at) => at,
+                    None => {
+                        taken.sends.push(send);
+                        taken.tds.push(self.sends[send].td.clone());
+                        taken.sends.len() - 1
+                    }
+                },
+            };
+            last = Some((send, at));
+            taken.rows.push((at, row));
+        }
+        self.batch_in_flight[op as usize] -= taken.envs.len();
+        taken
+    }
+
+    /// Marks env `env` (in flight for `op`, sent with a per-env target or
+    /// not) taken.
+    fn take_env(&mut self, env: usize, op: Op, per_env: bool) -> TakenEnv {
+        debug_assert_eq!(self.states[env], EnvState::InFlight { op, per_env });
+        self.states[env] = EnvState::Taking;
+        if !per_env {
+            self.batch_in_flight[op as usize] -= 1;
+        }
+        let Origin { send, row } = self.origins[env];
+        TakenEnv {
+            td: self.sends[send].td.clone(),
+            row,
+            per_env,
+        }
+    }
+
+    /// Returns taken envs to in flight for `op`.
+    fn put_back(&mut self, op: Op, envs: &[usize], per_env: bool) {
+        for &env in envs {
+            debug_assert_eq!(self.states[env], EnvState::Taking);
+            self.states[env] = EnvState::InFlight { op, per_env };
+        }
+        if !per_env {
+            self.batch_in_flight[op as usize] += envs.len();
+        }
+    }
+
+    /// Marks taken envs idle, and drops a send's tensordict once none of
+    /// its envs is left.
+    fn release(&mut self, envs: impl ExactSizeIterator<Item = usize>) {
+        self.busy -= envs.len();
+        for env in envs {
+            debug_assert_eq!(self.states[env], EnvState::Taking);
+            self.states[env] = EnvState::Idle;
+            let send = self.origins[env].send;
+            let sent = &mut self.sends[send];
+            sent.envs -= 1;
+            if sent.envs == 0 {
+                sent.td = None;
+                self.free.push(send);
+            }
+        }
+    }
 }
 
 /// An asynchronous pool of environments, as TorchRL's `AsyncEnvPool`.
@@ -79,6 +263,12 @@ pub struct AsyncEnvPool {
     batch_size: Vec<usize>,
     /// Per env: zeros shaped like its `"next"` result and its root result.
     templates: Vec<(TensorDict, TensorDict)>,
+    /// Per env: its `"env_index"` value, shaped like its batch size.
+    env_index: Vec<NonTensor>,
+    /// Whether every env's batch size is `batch_size[1..]`.
+    same_env_batch: bool,
+    /// The jobs of a send to every env: env `i` from row `i`.
+    all_jobs: Vec<Job>,
     book: Mutex<Book>,
 }
 
@@ -208,31 +398,54 @@ impl PoolBuilder {
         let n = children.len();
         let mut batch_size = vec![n];
         batch_size.extend_from_slice(children[0].batch_size());
+        let env_index = children
+            .iter()
+            .enumerate()
+            .map(|(env, c)| env_index_value(env, c.batch_size()))
+            .collect();
+        let same_env_batch = children.iter().all(|c| c.batch_size() == &batch_size[1..]);
         Ok(AsyncEnvPool {
             backend,
             stack: self.stack,
             specs,
             batch_size,
             templates,
-            book: Mutex::new(Book {
-                states: vec![EnvState::Idle; n],
-                sent: vec![
-                    Sent {
-                        td: None,
-                        row: None
-                    };
-                    n
-                ],
-                shut_down: false,
-            }),
+            env_index,
+            same_env_batch,
+            all_jobs: (0..n).map(|env| (env, Some(env))).collect(),
+            book: Mutex::new(Book::new(n)),
         })
     }
 }
 
 /// A batch receive's envs, taken from the backend (their state `Taking`).
+#[derive(Debug)]
 struct Taken {
     envs: Vec<usize>,
-    sent: Vec<Sent>,
+    /// Per env: its send's tensordict (an index into `tds`) and its row.
+    rows: Vec<(usize, Option<usize>)>,
+    /// The sends of the envs (indices into [`Book::sends`]), each once.
+    sends: SmallVec<[usize; 2]>,
+    /// Their tensordicts, one clone per send.
+    tds: SmallVec<[Option<Arc<TensorDict>>; 2]>,
+}
+
+/// A per-env receive's env, taken (its state `Taking`).
+#[derive(Debug)]
+struct TakenEnv {
+    /// Its send's tensordict and its row there.
+    td: Option<Arc<TensorDict>>,
+    row: Option<usize>,
+    /// Whether it was sent with a per-env target.
+    per_env: bool,
+}
+
+impl Taken {
+    /// The `j`-th env's sent tensordict and row.
+    fn origin(&self, j: usize) -> (Option<&TensorDict>, Option<usize>) {
+        let (at, row) = self.rows[j];
+        (self.tds[at].as_deref(), row)
+    }
 }
 
 impl AsyncEnvPool {
@@ -300,6 +513,15 @@ impl AsyncEnvPool {
         self.backend().env_specs()[env].batch_size()
     }
 
+    /// The `"env_index"` column of a batch of `envs`.
+    fn env_index_column(&self, envs: &[usize]) -> NonTensor {
+        NonTensor::Stack(
+            envs.iter()
+                .map(|&env| self.env_index[env].clone())
+                .collect(),
+        )
+    }
+
     /// Each env's own batch size (`[]` for an unbatched env), as
     /// TorchRL's `env_batch_sizes`.
     pub fn env_batch_sizes(&self) -> Vec<Vec<usize>> {
@@ -363,9 +585,9 @@ impl AsyncEnvPool {
     /// The envs addressed by `target`, each with its row of `td`.
     fn resolve(
         &self,
-        target: &Target,
+        target: Target,
         td: Option<&TensorDict>,
-    ) -> Result<Vec<(usize, Option<usize>)>, PoolError> {
+    ) -> Result<Cow<'_, [Job]>, PoolError> {
         let n = self.num_envs();
         let rows = |count: usize| -> Result<(), PoolError> {
             match td {
@@ -381,27 +603,25 @@ impl AsyncEnvPool {
         let envs: Vec<usize> = match target {
             Target::All => {
                 rows(n)?;
-                (0..n).collect()
+                self.check_rows(td, 0..n)?;
+                return Ok(Cow::Borrowed(&self.all_jobs));
             }
             Target::Envs(envs) => {
                 rows(envs.len())?;
-                envs.clone()
+                envs
             }
             Target::Env(env) => {
-                if *env >= n {
-                    return Err(PoolError::EnvOutOfRange {
-                        env: *env,
-                        num_envs: n,
-                    });
+                if env >= n {
+                    return Err(PoolError::EnvOutOfRange { env, num_envs: n });
                 }
                 // One env's tensordict: its own batch size, or a leading 1.
-                let own = self.env_batch(*env);
+                let own = self.env_batch(env);
                 let row = match td {
                     Some(td) if td.batch_size() == own => None,
                     Some(td) if td.batch_size().first() == Some(&1) => {
                         if &td.batch_size()[1..] != own {
                             return Err(PoolError::RowBatchSize {
-                                env: *env,
+                                env,
                                 expected: own.to_vec(),
                                 found: td.batch_size()[1..].to_vec(),
                             });
@@ -416,7 +636,7 @@ impl AsyncEnvPool {
                     }
                     None => None,
                 };
-                return Ok(vec![(*env, row)]);
+                return Ok(Cow::Owned(vec![(env, row)]));
             }
             Target::EnvIndex => {
                 let td = td.ok_or_else(|| PoolError::EnvIndex {
@@ -427,7 +647,7 @@ impl AsyncEnvPool {
                 envs
             }
         };
-        let mut seen = vec![false; n];
+        let mut seen: SmallVec<[bool; 256]> = smallvec::smallvec![false; n];
         for &env in &envs {
             if env >= n {
                 return Err(PoolError::EnvOutOfRange { env, num_envs: n });
@@ -436,33 +656,55 @@ impl AsyncEnvPool {
                 return Err(PoolError::DuplicateEnv { env });
             }
         }
-        // Each row must have its env's batch size (the backends copy rows
-        // into buffers of that size).
-        if let Some(td) = td {
-            let found = &td.batch_size()[1..];
-            if let Some(&env) = envs.iter().find(|&&env| found != self.env_batch(env)) {
-                return Err(PoolError::RowBatchSize {
-                    env,
-                    expected: self.env_batch(env).to_vec(),
-                    found: found.to_vec(),
-                });
+        self.check_rows(td, envs.iter().copied())?;
+        Ok(Cow::Owned(
+            envs.into_iter()
+                .enumerate()
+                .map(|(row, env)| (env, Some(row)))
+                .collect(),
+        ))
+    }
+
+    /// Each row of `td` must have its env's batch size (the backends copy
+    /// rows into buffers of that size): an error naming the first of `envs`
+    /// whose batch size differs.
+    fn check_rows(
+        &self,
+        td: Option<&TensorDict>,
+        mut envs: impl Iterator<Item = usize>,
+    ) -> Result<(), PoolError> {
+        let Some(td) = td else {
+            return Ok(());
+        };
+        let found = &td.batch_size()[1..];
+        let wrong = if self.same_env_batch {
+            // Every env's batch size is this one: all rows fit, or none.
+            if found == &self.batch_size[1..] {
+                None
+            } else {
+                envs.next()
             }
+        } else {
+            envs.find(|&env| found != self.env_batch(env))
+        };
+        match wrong {
+            Some(env) => Err(PoolError::RowBatchSize {
+                env,
+                expected: self.env_batch(env).to_vec(),
+                found: found.to_vec(),
+            }),
+            None => Ok(()),
         }
-        Ok(envs
-            .into_iter()
-            .enumerate()
-            .map(|(row, env)| (env, Some(row)))
-            .collect())
     }
 
     fn send(&self, op: Op, td: Option<TensorDict>, target: Target) -> Result<(), PoolError> {
         if op != Op::Reset && td.is_none() {
             return Err(PoolError::MissingInput { op: op.name() });
         }
-        let jobs = self.resolve(&target, td.as_ref())?;
         let per_env = matches!(target, Target::Env(_));
+        let jobs = self.resolve(target, td.as_ref())?;
         // The root of each result: the sent tensordict without any "next" or
-        // "env_index" (the pool sets its own).
+        // "env_index" (the pool sets its own), shared by the envs of the send.
         let td = td.map(|td| {
             Arc::new(if td.contains("next") || td.contains("env_index") {
                 td.exclude(["next", "env_index"])
@@ -475,33 +717,20 @@ impl AsyncEnvPool {
             if book.shut_down {
                 return Err(PoolError::ShutDown);
             }
-            let busy: Vec<usize> = jobs
-                .iter()
-                .map(|&(env, _)| env)
-                .filter(|&env| book.states[env] != EnvState::Idle)
-                .collect();
-            if !busy.is_empty() {
-                return Err(PoolError::Busy { envs: busy });
-            }
-            for &(env, row) in &jobs {
-                book.states[env] = EnvState::InFlight { op, per_env };
-                book.sent[env] = Sent {
-                    td: td.clone(),
-                    row,
-                };
-            }
-        }
-        if let Err(err) = self.backend().send(op, &jobs, td.as_deref()) {
-            {
-                let mut book = self.book();
-                for &(env, _) in &jobs {
-                    book.states[env] = EnvState::Idle;
-                    book.sent[env] = Sent {
-                        td: None,
-                        row: None,
-                    };
+            if book.busy > 0 {
+                let busy: Vec<usize> = jobs
+                    .iter()
+                    .map(|&(env, _)| env)
+                    .filter(|&env| book.states[env] != EnvState::Idle)
+                    .collect();
+                if !busy.is_empty() {
+                    return Err(PoolError::Busy { envs: busy });
                 }
             }
+            book.send(op, per_env, &jobs, td.clone());
+        }
+        if let Err(err) = self.backend().send(op, &jobs, td.as_deref()) {
+            self.book().unsend(op, per_env, &jobs);
             // A receiver may be waiting for these envs.
             self.backend().wake_receivers();
             return Err(err);
@@ -530,6 +759,7 @@ impl AsyncEnvPool {
         let limit = recv.max_get.unwrap_or(usize::MAX);
         let backend = self.backend();
         let batch_state = EnvState::InFlight { op, per_env: false };
+        let mut ready = Vec::new();
         loop {
             // Read before the book: a result or a wake-up after this point
             // ends the wait below.
@@ -538,18 +768,12 @@ impl AsyncEnvPool {
             if book.shut_down || backend.is_shut_down() {
                 return Err(PoolError::ShutDown);
             }
-            let mut in_flight = 0;
-            let mut ready = Vec::new();
-            for (env, state) in book.states.iter().enumerate() {
-                if *state == batch_state {
-                    in_flight += 1;
-                    if backend.is_done(env) {
-                        ready.push(env);
-                    }
-                }
+            if ready.capacity() == 0 {
+                ready = std::mem::take(&mut book.spare.envs);
             }
             // Checked on every pass: another thread may have taken results
             // (per-env receives) since the call began.
+            let in_flight = book.batch_in_flight[op as usize];
             if recv.min_get > in_flight {
                 return Err(PoolError::NotEnoughInFlight {
                     op: op.name(),
@@ -557,9 +781,20 @@ impl AsyncEnvPool {
                     in_flight,
                 });
             }
+            ready.clear();
+            ready.reserve(in_flight);
+            if in_flight == book.states.len() {
+                // Every env is in flight for this receive (a send to all):
+                // no state to look at.
+                backend.ready_among(0..in_flight, &mut ready);
+            } else {
+                let candidates = book.states.iter().enumerate();
+                let candidates = candidates.filter(|&(_, &state)| state == batch_state);
+                backend.ready_among(candidates.map(|(env, _)| env), &mut ready);
+            }
             // A failed env is reported first, alone; the other results stay.
-            if let Some(&failed) = ready.iter().find(|&&env| backend.is_failed(env)) {
-                book.states[failed] = EnvState::Taking;
+            if let Some(failed) = backend.first_failed(&ready) {
+                book.take_env(failed, op, false);
                 drop(book);
                 let result = backend.peek(failed, |_| ());
                 // Idle again, and other receivers (which may have counted on
@@ -586,12 +821,7 @@ impl AsyncEnvPool {
                     ready.truncate(limit);
                     ready.sort_unstable();
                 }
-                let mut sent = Vec::with_capacity(ready.len());
-                for &env in &ready {
-                    book.states[env] = EnvState::Taking;
-                    sent.push(book.sent[env].clone());
-                }
-                return Ok(Taken { envs: ready, sent });
+                return Ok(book.take(op, ready));
             }
             if past_deadline {
                 return Err(PoolError::Timeout {
@@ -619,7 +849,7 @@ impl AsyncEnvPool {
         op: Op,
         env: usize,
         timeout: Option<Duration>,
-    ) -> Result<(Sent, bool), PoolError> {
+    ) -> Result<TakenEnv, PoolError> {
         let start = Instant::now();
         let deadline = timeout.and_then(|t| start.checked_add(t));
         if env >= self.num_envs() {
@@ -643,8 +873,7 @@ impl AsyncEnvPool {
                 _ => return Err(PoolError::NotInFlight { op: op.name(), env }),
             };
             if backend.is_done(env) {
-                book.states[env] = EnvState::Taking;
-                return Ok((book.sent[env].clone(), per_env));
+                return Ok(book.take_env(env, op, per_env));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(PoolError::EnvTimeout {
@@ -667,25 +896,16 @@ impl AsyncEnvPool {
         for &env in envs {
             backend.release(env);
         }
-        {
-            let mut book = self.book();
-            for &env in envs {
-                book.states[env] = EnvState::Idle;
-                book.sent[env] = Sent {
-                    td: None,
-                    row: None,
-                };
-            }
-        }
+        self.book().release(envs.iter().copied());
         backend.wake_receivers();
     }
 
     /// The root part of an env's step result: its row of the sent
     /// tensordict.
-    fn root_row(sent: &Sent) -> Result<TensorDict, PoolError> {
-        Ok(match (&sent.td, sent.row) {
+    fn root_row(td: Option<&TensorDict>, row: Option<usize>) -> Result<TensorDict, PoolError> {
+        Ok(match (td, row) {
             (Some(td), Some(row)) => td.index(row)?,
-            (Some(td), None) => TensorDict::clone(td),
+            (Some(td), None) => td.clone(),
             (None, _) => TensorDict::new(&[]),
         })
     }
@@ -694,26 +914,43 @@ impl AsyncEnvPool {
     /// each taken env, in order.
     fn step_roots(&self, taken: &Taken) -> Result<TensorDict, PoolError> {
         let k = taken.envs.len();
-        let same_send = taken.sent.iter().all(|s| match (&s.td, &taken.sent[0].td) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            _ => false,
-        });
-        let in_order = taken.sent.iter().enumerate().all(|(j, s)| s.row == Some(j));
-        match &taken.sent[0].td {
+        let in_order = taken
+            .rows
+            .iter()
+            .enumerate()
+            .all(|(j, &(_, row))| row == Some(j));
+        match taken.origin(0) {
             // The sync path: every row of one send, in order. The sent
             // tensordict is the root batch itself.
-            Some(td) if same_send && in_order && td.batch_size().first() == Some(&k) => {
-                Ok(TensorDict::clone(td))
+            (Some(td), _)
+                if taken.tds.len() == 1 && in_order && td.batch_size().first() == Some(&k) =>
+            {
+                Ok(td.clone())
             }
-            _ => {
-                let template = Self::root_row(&taken.sent[0])?;
+            (first, first_row) => {
+                let template = Self::root_row(first, first_row)?;
                 let mut batch = TensorDict::zeros_stacked(&template, k)?;
-                for (j, sent) in taken.sent.iter().enumerate() {
-                    match (&sent.td, sent.row) {
-                        (Some(td), Some(row)) => batch.copy_row(j, td, row)?,
-                        (Some(td), None) => batch.write_row(j, td)?,
-                        (None, _) => {}
+                // One send at a time, its rows column by column.
+                let mut at: SmallVec<[usize; 64]> = SmallVec::new();
+                let mut rows: SmallVec<[usize; 64]> = SmallVec::new();
+                for (send, td) in taken.tds.iter().enumerate() {
+                    // A reset's envs: no root entries.
+                    let Some(td) = td.as_deref() else {
+                        continue;
+                    };
+                    at.clear();
+                    rows.clear();
+                    for (j, &(of, row)) in taken.rows.iter().enumerate() {
+                        match row {
+                            _ if of != send => {}
+                            Some(row) => {
+                                at.push(j);
+                                rows.push(row);
+                            }
+                            None => batch.write_row(j, td)?,
+                        }
                     }
+                    batch.copy_rows(&at, td, &rows)?;
                 }
                 Ok(batch)
             }
@@ -769,42 +1006,33 @@ impl AsyncEnvPool {
                     (next_batch, root_batch)
                 }
             };
-            let env_index = NonTensor::Stack(
-                taken
-                    .envs
-                    .iter()
-                    .map(|&env| env_index_value(env, self.env_batch(env)))
-                    .collect(),
-            );
-
-            let step = match (step_batch, next_batch) {
-                (Some(mut batch), Some(next)) => {
-                    batch.set("next", next)?;
-                    batch.set("env_index", env_index.clone())?;
-                    Some(batch)
+            let env_index = self.env_index_column(&taken.envs);
+            let (step, root) = match (step_batch, next_batch, root_batch) {
+                (Some(mut step), Some(next), root) => {
+                    step.set("next", next)?;
+                    let root = match root {
+                        Some(mut root) => {
+                            root.set("env_index", env_index.clone())?;
+                            Some(StackedTensorDict::Dense(root))
+                        }
+                        None => None,
+                    };
+                    step.set("env_index", env_index)?;
+                    (step, root)
                 }
-                _ => None,
-            };
-            let root = match root_batch {
-                Some(mut root) => {
+                (_, _, Some(mut root)) => {
                     root.set("env_index", env_index)?;
-                    Some(root)
+                    (root, None)
                 }
-                None => None,
+                _ => unreachable!("every op wants a step or a root"),
             };
-            return Ok(match (step, root) {
-                (Some(step), root) => (
-                    StackedTensorDict::Dense(step),
-                    root.map(StackedTensorDict::Dense),
-                ),
-                (None, Some(root)) => (StackedTensorDict::Dense(root), None),
-                (None, None) => unreachable!("every op wants a step or a root"),
-            });
+            return Ok((StackedTensorDict::Dense(step), root));
         }
         let mut steps = Vec::with_capacity(k);
         let mut roots = Vec::with_capacity(k);
-        for (&env, sent) in taken.envs.iter().zip(&taken.sent) {
-            let (step, root) = self.env_result(op, env, sent)?;
+        for (j, &env) in taken.envs.iter().enumerate() {
+            let (td, row) = taken.origin(j);
+            let (step, root) = self.env_result(op, env, td, row)?;
             steps.extend(step);
             roots.extend(root);
         }
@@ -826,17 +1054,18 @@ impl AsyncEnvPool {
         &self,
         op: Op,
         env: usize,
-        sent: &Sent,
+        td: Option<&TensorDict>,
+        row: Option<usize>,
     ) -> Result<(Option<TensorDict>, Option<TensorDict>), PoolError> {
         let mut step = if op == Op::Reset {
             None
         } else {
-            Some(Self::root_row(sent)?)
+            Some(Self::root_row(td, row)?)
         };
         let (next, root) = self
             .backend()
             .peek(env, |out| (out.next.clone(), out.root.clone()))?;
-        let index = env_index_value(env, self.env_batch(env));
+        let index = self.env_index[env].clone();
         if let Some(step) = step.as_mut() {
             step.set("next", next)?;
             step.set("env_index", index.clone())?;
@@ -864,6 +1093,8 @@ impl AsyncEnvPool {
             Ok(built) => {
                 self.backend().record_batch(&taken.envs, recv.max_get, op);
                 self.release(&taken.envs);
+                let Taken { envs, rows, .. } = taken;
+                self.book().spare = Spare { envs, rows };
                 Ok(built)
             }
             Err(err) => {
@@ -879,8 +1110,8 @@ impl AsyncEnvPool {
         env: usize,
         timeout: Option<Duration>,
     ) -> Result<(Option<TensorDict>, Option<TensorDict>), PoolError> {
-        let (sent, per_env) = self.collect_env(op, env, timeout)?;
-        match self.env_result(op, env, &sent) {
+        let taken = self.collect_env(op, env, timeout)?;
+        match self.env_result(op, env, taken.td.as_deref(), taken.row) {
             Ok(result) => {
                 self.backend().record_batch(&[env], Some(1), op);
                 self.release(&[env]);
@@ -892,7 +1123,7 @@ impl AsyncEnvPool {
                 Err(err)
             }
             Err(err) => {
-                self.put_back(op, &[env], per_env);
+                self.put_back(op, &[env], taken.per_env);
                 Err(err)
             }
         }
@@ -901,12 +1132,7 @@ impl AsyncEnvPool {
     /// Returns taken envs to in flight, their results untouched, and wakes
     /// receivers that may want them.
     fn put_back(&self, op: Op, envs: &[usize], per_env: bool) {
-        {
-            let mut book = self.book();
-            for &env in envs {
-                book.states[env] = EnvState::InFlight { op, per_env };
-            }
-        }
+        self.book().put_back(op, envs, per_env);
         self.backend().wake_receivers();
     }
 
@@ -915,15 +1141,12 @@ impl AsyncEnvPool {
         if book.shut_down {
             return Err(PoolError::ShutDown);
         }
-        let envs: Vec<usize> = (0..book.states.len())
-            .filter(|&e| book.states[e] != EnvState::Idle)
-            .collect();
-        if envs.is_empty() {
+        if book.busy == 0 {
             Ok(())
         } else {
             Err(PoolError::InFlight {
                 op: op.name(),
-                envs,
+                envs: book.busy_envs(),
             })
         }
     }
@@ -1040,10 +1263,7 @@ impl AsyncEnvPool {
 
     /// The envs in flight (sent, result not yet received).
     pub fn in_flight(&self) -> Vec<usize> {
-        let book = self.book();
-        (0..book.states.len())
-            .filter(|&e| book.states[e] != EnvState::Idle)
-            .collect()
+        self.book().busy_envs()
     }
 
     /// Stops the pool: results not received are dropped; worker threads
@@ -1126,4 +1346,57 @@ fn env_index_of(td: &TensorDict) -> Result<Vec<usize>, PoolError> {
         .into_iter()
         .map(|v| usize::try_from(v).map_err(|_| bad(format!("env index {v} is negative"))))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn td(n: usize) -> Option<Arc<TensorDict>> {
+        Some(Arc::new(TensorDict::new(&[n])))
+    }
+
+    #[test]
+    fn the_book_counts_envs_and_frees_a_send_with_its_last_env() {
+        let mut book = Book::new(4);
+        let first = td(2);
+        book.send(
+            Op::Step,
+            false,
+            &[(1, Some(0)), (3, Some(1))],
+            first.clone(),
+        );
+        book.send(Op::Step, true, &[(0, None)], td(1));
+        assert_eq!(book.busy, 3);
+        assert_eq!(book.batch_in_flight, [0, 2, 0]);
+        assert_eq!(book.busy_envs(), vec![0, 1, 3]);
+
+        // Two envs of one send: one tensordict, rows in order.
+        let taken = book.take(Op::Step, vec![1, 3]);
+        assert_eq!(taken.tds.len(), 1);
+        assert_eq!(taken.rows, vec![(0, Some(0)), (0, Some(1))]);
+        assert_eq!(book.batch_in_flight, [0, 0, 0]);
+        book.put_back(Op::Step, &[1, 3], false);
+        assert_eq!(book.batch_in_flight, [0, 2, 0]);
+
+        let one = book.take_env(3, Op::Step, false);
+        assert_eq!(one.row, Some(1));
+        book.release([3].into_iter());
+        // Env 1 still holds the send: its tensordict stays.
+        assert_eq!(Arc::strong_count(first.as_ref().unwrap()), 4);
+        drop((taken, one));
+        book.take_env(1, Op::Step, false);
+        book.release([1].into_iter());
+        assert_eq!(Arc::strong_count(first.as_ref().unwrap()), 1);
+        assert_eq!(book.busy, 1);
+        assert_eq!(book.batch_in_flight, [0, 0, 0]);
+
+        // The freed entry is reused by the next send.
+        let sends = book.sends.len();
+        book.send(Op::Reset, false, &[(2, Some(0))], None);
+        assert_eq!(book.sends.len(), sends);
+        book.unsend(Op::Reset, false, &[(2, Some(0))]);
+        assert_eq!(book.busy, 1);
+        assert_eq!(book.batch_in_flight, [0, 0, 0]);
+    }
 }

@@ -138,7 +138,7 @@ impl TensorDict {
                 found: self.batch_size().to_vec(),
             });
         }
-        gather_into_at(self, rows, out, &NestedKey::default())
+        gather_into_at(self, rows, out, RowsAt::From(0), &NestedKey::default())
     }
 
     /// Copies row `src_row` of the batch `src` into row `row` of this batch
@@ -156,6 +156,46 @@ impl TensorDict {
         )?;
         self.check_row(row, &src.batch_size()[1..])?;
         copy_row_at(self, row, src, src_row, &NestedKey::default())
+    }
+
+    /// Copies row `src_rows[j]` of the batch `src` into row `at[j]` of this
+    /// batch, for every `j` (both batches have the same keys and row
+    /// shapes): as [`TensorDict::copy_row`] for each, but column by column,
+    /// so that each tensor of this batch is made writable once. An error if
+    /// a row is out of range or the batches differ (this batch may then be
+    /// partly written).
+    pub fn copy_rows(
+        &mut self,
+        at: &[usize],
+        src: &TensorDict,
+        src_rows: &[usize],
+    ) -> Result<(), TensorDictError> {
+        if at.len() != src_rows.len() {
+            return Err(TensorDictError::StackBatchSize {
+                index: 0,
+                expected: vec![src_rows.len()],
+                found: vec![at.len()],
+            });
+        }
+        let (Some((&len, rest)), Some((&src_len, src_rest))) = (
+            self.batch_size().split_first(),
+            src.batch_size().split_first(),
+        ) else {
+            return Err(TensorDictError::ZeroDim { what: "row copy" });
+        };
+        if !same_shape(rest, src_rest) {
+            return Err(TensorDictError::StackBatchSize {
+                index: 0,
+                expected: rest.to_vec(),
+                found: src_rest.to_vec(),
+            });
+        }
+        for (rows, len) in [(at, len), (src_rows, src_len)] {
+            if let Some(&index) = rows.iter().find(|&&row| row >= len) {
+                return Err(TensorDictError::IndexOutOfRange { index, len });
+            }
+        }
+        gather_into_at(src, src_rows, self, RowsAt::At(at), &NestedKey::default())
     }
 
     /// Copies row `row` of this batch into `dst`, for the keys `dst` has
@@ -350,6 +390,35 @@ fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     }
 }
 
+/// Copies row `rows[j]` of `src` into row `at.get(j)` of `dst`, rows of
+/// `n` bytes: the sizes of a small row as fixed-size moves, chosen once for
+/// all rows (not per row, as [`copy_bytes`] does).
+fn copy_rows_bytes(dst: &mut [u8], src: &[u8], n: usize, rows: &[usize], at: RowsAt<'_>) {
+    /// `N` bytes a row (`N == 0`: `n`, with a `memcpy` each).
+    #[inline(always)]
+    fn rows_of<const N: usize>(
+        dst: &mut [u8],
+        src: &[u8],
+        n: usize,
+        rows: &[usize],
+        at: RowsAt<'_>,
+    ) {
+        let n = if N == 0 { n } else { N };
+        for (j, &row) in rows.iter().enumerate() {
+            let to = at.get(j);
+            dst[to * n..(to + 1) * n].copy_from_slice(&src[row * n..(row + 1) * n]);
+        }
+    }
+    match n {
+        1 => rows_of::<1>(dst, src, n, rows, at),
+        2 => rows_of::<2>(dst, src, n, rows, at),
+        4 => rows_of::<4>(dst, src, n, rows, at),
+        8 => rows_of::<8>(dst, src, n, rows, at),
+        16 => rows_of::<16>(dst, src, n, rows, at),
+        _ => rows_of::<0>(dst, src, n, rows, at),
+    }
+}
+
 /// Whether two shapes are equal, without a `memcmp` call (shapes are short).
 #[inline]
 fn same_shape(a: &[usize], b: &[usize]) -> bool {
@@ -507,10 +576,7 @@ fn gather_at(
                 let mut g = Tensor::try_zeros(t.dtype(), &shape)?;
                 let n = t.nbytes() / t.shape()[0].max(1);
                 if n > 0 {
-                    let src = t.as_bytes();
-                    for (chunk, &row) in g.bytes_mut().chunks_exact_mut(n).zip(rows) {
-                        copy_bytes(chunk, &src[row * n..(row + 1) * n]);
-                    }
+                    copy_rows_bytes(g.bytes_mut(), t.as_bytes(), n, rows, RowsAt::From(0));
                 }
                 Entry::Tensor(g)
             }
@@ -534,17 +600,19 @@ fn gather_at(
     Ok(out)
 }
 
-/// Rows `rows` of `batch` written into `out` (same keys, `rows.len()`
-/// rows).
+/// Writes row `rows[j]` of `batch` into row `at.get(j)` of `out` (the same
+/// keys, dtypes and row shapes; every row in range), column by column.
 fn gather_into_at(
     batch: &TensorDict,
     rows: &[usize],
     out: &mut TensorDict,
+    at: RowsAt<'_>,
     prefix: &NestedKey,
 ) -> Result<(), TensorDictError> {
     if batch.len() != out.len() {
         return Err(key_set_mismatch(out, batch, 0, prefix));
     }
+    let len = out.batch_size().first().copied().unwrap_or(0);
     for position in 0..out.len() {
         let (name, target) = out.entries_mut().at_named_mut(position);
         let (src_name, entry) = batch.entries().at_named(position);
@@ -561,22 +629,19 @@ fn gather_into_at(
             {
                 let n = t.nbytes() / t.shape()[0].max(1);
                 if n > 0 {
-                    let src = t.as_bytes();
-                    for (chunk, &row) in dst.bytes_mut().chunks_exact_mut(n).zip(rows) {
-                        copy_bytes(chunk, &src[row * n..(row + 1) * n]);
-                    }
+                    copy_rows_bytes(dst.bytes_mut(), t.as_bytes(), n, rows, at);
                 }
             }
             (
                 Entry::NonTensor(NonTensor::Stack(items)),
                 Entry::NonTensor(NonTensor::Stack(src)),
-            ) if items.len() == rows.len() => {
-                for (item, &row) in items.iter_mut().zip(rows) {
-                    *item = src[row].clone();
+            ) if items.len() == len => {
+                for (j, &row) in rows.iter().enumerate() {
+                    items[at.get(j)] = src[row].clone();
                 }
             }
             (Entry::Dict(dst), Entry::Dict(d)) => {
-                gather_into_at(d, rows, dst, &prefix.child(name))?
+                gather_into_at(d, rows, dst, at, &prefix.child(name))?
             }
             (target, entry) => {
                 return Err(row_mismatch(
@@ -822,6 +887,27 @@ mod tests {
         one.fill_from(&step(3.0, 9)).unwrap();
         assert_eq!(one, step(3.0, 9));
         assert!(one.fill_from(&src).is_err());
+    }
+
+    #[test]
+    fn copy_rows_is_copy_row_for_each() {
+        let src = TensorDict::stack(&[step(1.0, 4), step(2.0, 5), step(3.0, 6)]).unwrap();
+        let mut one_by_one = TensorDict::zeros_stacked(&step(0.0, 0), 4).unwrap();
+        for (row, src_row) in [(3, 0), (0, 2), (1, 2)] {
+            one_by_one.copy_row(row, &src, src_row).unwrap();
+        }
+        let mut dst = TensorDict::zeros_stacked(&step(0.0, 0), 4).unwrap();
+        let held = dst.clone();
+        dst.copy_rows(&[3, 0, 1], &src, &[0, 2, 2]).unwrap();
+        assert_eq!(dst, one_by_one);
+        assert_eq!(held, TensorDict::zeros_stacked(&step(0.0, 0), 4).unwrap());
+        assert!(dst.copy_rows(&[4], &src, &[0]).is_err());
+        assert!(dst.copy_rows(&[0], &src, &[3]).is_err());
+        assert!(dst.copy_rows(&[0, 1], &src, &[0]).is_err());
+        let mut other = step(1.0, 1);
+        other.set("extra", Tensor::full(&[1], 1i64)).unwrap();
+        let other = TensorDict::stack(&[other]).unwrap();
+        assert!(dst.copy_rows(&[0], &other, &[0]).is_err());
     }
 
     #[test]

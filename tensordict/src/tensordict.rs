@@ -239,8 +239,11 @@ impl TensorDict {
                 }
             };
         }
-        // A sub-dict's batch size may be longer than the root's.
-        node.check_entry(&key, &value)?;
+        // A sub-dict's batch size may be longer than the root's (checked
+        // above when the entry goes to the root itself).
+        if !path.is_empty() {
+            node.check_entry(&key, &value)?;
+        }
         node.entries.insert(Name::from(*leaf), value);
         Ok(())
     }
