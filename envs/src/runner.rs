@@ -60,6 +60,16 @@ pub struct Runner {
     /// What the last call was doing (`"reset"` or `"step"`): after a panic
     /// caught around [`Runner::run`], the phase it panicked in.
     pub during: &'static str,
+    /// When set, a step-and-maybe-reset that resets nothing leaves `root`
+    /// as it was and marks it stale ([`Runner::root_is_next`]): the root of
+    /// the next step is then `next` without its reward, which a caller that
+    /// copies `next` anyway can take from there (the copy into `root` was a
+    /// third of a pool worker's cost per step). [`Runner::sync_root`]
+    /// brings `root` up to date. Default off: `root` is always current.
+    pub defer_root: bool,
+    /// Whether `root` is stale and the root is `next`'s entries (see
+    /// [`Runner::defer_root`]).
+    root_is_next: bool,
 }
 
 /// An env's error in [`Runner::run`], with the phase it came from.
@@ -86,6 +96,8 @@ impl Runner {
             next,
             root,
             during: "reset",
+            defer_root: false,
+            root_is_next: false,
         }
     }
 
@@ -113,6 +125,12 @@ impl Runner {
             during: "step",
             source: Box::new(e),
         };
+        // A deferred root is brought up to date before anything else
+        // touches `next` or `root` (a step or reset after a deferred
+        // step-and-maybe-reset: rare).
+        if op != Op::StepAndMaybeReset {
+            self.sync_root().map_err(|e| step(EnvError::from(e)))?;
+        }
         match op {
             Op::Reset => {
                 self.during = "reset";
@@ -125,17 +143,26 @@ impl Runner {
             }
             Op::StepAndMaybeReset => {
                 self.during = "step";
+                self.root_is_next = false;
                 env.step_into(&self.input, &mut self.next).map_err(step)?;
+                let done = match self.next.get("done") {
+                    Some(Entry::Tensor(t))
+                        if t.as_slice::<bool>().is_ok_and(|d| d.iter().any(|&x| x)) =>
+                    {
+                        Some(t.clone())
+                    }
+                    _ => None,
+                };
+                if done.is_none() && self.defer_root {
+                    self.root_is_next = true;
+                    return Ok(());
+                }
                 self.root
                     .fill_from(&self.next)
                     .map_err(|e| step(EnvError::from(e)))?;
-                let done = match self.next.get("done") {
-                    Some(Entry::Tensor(t)) => t.clone(),
-                    _ => return Ok(()),
-                };
-                if !done.as_slice::<bool>().is_ok_and(|d| d.iter().any(|&x| x)) {
+                let Some(done) = done else {
                     return Ok(());
-                }
+                };
                 self.during = "reset";
                 // A batched env resets the rows its "_reset" mask names; its
                 // buffer starts as the current root, so the other rows keep
@@ -154,6 +181,29 @@ impl Runner {
             }
         }
     }
+
+    /// Whether `root` is stale: the last step-and-maybe-reset reset nothing
+    /// and [`Runner::defer_root`] is set, so the root of the next step is
+    /// `next`'s entries (all of `root`'s keys are there).
+    pub fn root_is_next(&self) -> bool {
+        self.root_is_next
+    }
+
+    /// Brings `root` up to date after a deferred step-and-maybe-reset (see
+    /// [`Runner::defer_root`]): copies `next`'s entries into it. Does
+    /// nothing if it is current.
+    ///
+    /// # Errors
+    ///
+    /// If `next` lacks a key of `root` or holds it with another dtype or
+    /// shape (an env that changed its buffers' layout).
+    pub fn sync_root(&mut self) -> Result<(), tensordict::TensorDictError> {
+        if self.root_is_next {
+            self.root.fill_from(&self.next)?;
+            self.root_is_next = false;
+        }
+        Ok(())
+    }
 }
 
 /// The message of a caught panic (`std::panic::catch_unwind`'s payload):
@@ -165,5 +215,69 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a panic with a non-string payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tensordict::Tensor;
+
+    use super::*;
+    use crate::CountingEnv;
+
+    fn observation(td: &TensorDict) -> Vec<i32> {
+        td.tensor("observation").unwrap().to_vec::<i32>().unwrap()
+    }
+
+    /// With `defer_root`, a step-and-maybe-reset that resets nothing leaves
+    /// `root` stale and says so; `sync_root` (or the next reset or step)
+    /// brings it up to date; a step that ends the episode resets as ever.
+    #[test]
+    fn a_deferred_root_is_next_until_synced() {
+        let mut env = CountingEnv::new(0, 1);
+        let mut runner = Runner::new(&env);
+        runner.defer_root = true;
+        runner.run(&mut env, Op::Reset, false).unwrap();
+        assert!(!runner.root_is_next());
+        runner
+            .input
+            .set("action", Tensor::from_vec(&[1], vec![1i64]).unwrap())
+            .unwrap();
+
+        runner.run(&mut env, Op::StepAndMaybeReset, true).unwrap();
+        assert!(runner.root_is_next());
+        assert_eq!(observation(&runner.next), vec![1]);
+        assert_eq!(observation(&runner.root), vec![0], "stale until synced");
+        runner.sync_root().unwrap();
+        assert!(!runner.root_is_next());
+        assert_eq!(observation(&runner.root), vec![1]);
+
+        // Done (past max_steps, a count of 2): the root is the reset, current.
+        runner.run(&mut env, Op::StepAndMaybeReset, true).unwrap();
+        assert!(!runner.root_is_next());
+        assert_eq!(observation(&runner.root), vec![0]);
+
+        // A plain step after a deferred one syncs the root first.
+        runner.run(&mut env, Op::StepAndMaybeReset, true).unwrap();
+        assert!(runner.root_is_next());
+        runner.run(&mut env, Op::Step, true).unwrap();
+        assert!(!runner.root_is_next());
+        assert_eq!(observation(&runner.root), vec![1]);
+        assert_eq!(observation(&runner.next), vec![2]);
+    }
+
+    /// Without `defer_root` (the default), the root is always current.
+    #[test]
+    fn the_root_is_current_by_default() {
+        let mut env = CountingEnv::new(0, 5);
+        let mut runner = Runner::new(&env);
+        runner.run(&mut env, Op::Reset, false).unwrap();
+        runner
+            .input
+            .set("action", Tensor::from_vec(&[1], vec![1i64]).unwrap())
+            .unwrap();
+        runner.run(&mut env, Op::StepAndMaybeReset, true).unwrap();
+        assert!(!runner.root_is_next());
+        assert_eq!(observation(&runner.root), vec![1]);
     }
 }

@@ -145,6 +145,9 @@ impl BatchRows {
         let mut next_rows: SmallVec<[&TensorDict; CHUNK_INLINE]> = SmallVec::new();
         let mut root_at: SmallVec<[usize; CHUNK_INLINE]> = SmallVec::new();
         let mut root_rows: SmallVec<[&TensorDict; CHUNK_INLINE]> = SmallVec::new();
+        // Envs whose root is their step's entries (a step-and-maybe-reset
+        // that reset nothing, its root deferred: `Runner::defer_root`).
+        let mut root_in_next: SmallVec<[usize; CHUNK_INLINE]> = SmallVec::new();
         for (&Job { env, .. }, cell) in chunk.iter().zip(cells) {
             self.rows[env] = 0;
             if cell.error.is_some() {
@@ -155,8 +158,12 @@ impl BatchRows {
                 next_rows.push(&cell.runner.next);
             }
             if cell.op != Op::Step {
-                root_at.push(env);
-                root_rows.push(&cell.runner.root);
+                if cell.runner.root_is_next() {
+                    root_in_next.push(env);
+                } else {
+                    root_at.push(env);
+                    root_rows.push(&cell.runner.root);
+                }
             }
         }
         store_rows(
@@ -173,6 +180,19 @@ impl BatchRows {
             &root_at,
             &root_rows,
         );
+        // Those roots from the step rows just written, column by column (a
+        // root not written here is read from its cell, synced there).
+        root_in_next.retain(|&mut env| self.rows[env] & NEXT_ROW != 0);
+        if !root_in_next.is_empty()
+            && self
+                .root
+                .fill_rows_from(&root_in_next, &self.next, &root_in_next)
+                .is_ok()
+        {
+            for &env in &root_in_next {
+                self.rows[env] |= ROOT_ROW;
+            }
+        }
     }
 }
 
@@ -358,6 +378,13 @@ impl ThreadBackend {
         } else {
             None
         };
+        if batch.is_some() {
+            // A root that is its step's entries is copied from the step's
+            // batch row (`BatchRows::store`), not into the cell first.
+            for cell in &cells {
+                lock(cell).runner.defer_root = true;
+            }
+        }
         let receiver_spin = if workers >= cores {
             std::time::Duration::from_micros(50)
         } else {
@@ -657,7 +684,8 @@ impl ThreadBackend {
         env: usize,
         read: impl FnOnce(EnvOutput<'_>) -> R,
     ) -> Result<R, ThreadError> {
-        let cell = lock(&self.shared.cells[env]);
+        let mut cell = lock(&self.shared.cells[env]);
+        sync_root(env, &mut cell);
         match &cell.error {
             Some(err) => Err(err.clone()),
             None => Ok(read(EnvOutput {
@@ -681,7 +709,9 @@ impl ThreadBackend {
         order.sort_by_key(|&j| envs[j]);
         let mut guards: Vec<Option<MutexGuard<'_, Cell>>> = (0..envs.len()).map(|_| None).collect();
         for j in order {
-            guards[j] = Some(lock(&self.shared.cells[envs[j]]));
+            let mut cell = lock(&self.shared.cells[envs[j]]);
+            sync_root(envs[j], &mut cell);
+            guards[j] = Some(cell);
         }
         let cells: Vec<&Cell> = guards.iter().flatten().map(|g| &**g).collect();
         if let Some(err) = cells.iter().find_map(|cell| cell.error.clone()) {
@@ -873,6 +903,20 @@ fn run_chunk(shared: &Shared, chunk: &[Job]) {
         shared.phases[env].store(phase, Ordering::Release);
     }
     shared.done.notify_n(chunk.len() as u64);
+}
+
+/// Brings env `env`'s root up to date if its last step deferred it (see
+/// `Runner::defer_root`), before anyone reads the cell's root; a failure
+/// to (an env that changed its buffers' layout) becomes the env's error.
+fn sync_root(env: usize, cell: &mut Cell) {
+    if let Err(source) = cell.runner.sync_root() {
+        cell.error.get_or_insert_with(|| ThreadError::Env {
+            env,
+            name: cell.name.clone(),
+            during: "step",
+            source: Box::new(source.into()),
+        });
+    }
 }
 
 /// Sets the cell up for `job`: its operation, and its input copied from the

@@ -2,7 +2,10 @@
 //!
 //! - `raw`: one thread steps N envs in turn with `step_into` on reused
 //!   buffers: the env's own cost, the baseline.
-//! - `sync_step`: `pool.step` over all N envs.
+//! - `sync_step`: `pool.step` over all N envs (CartPoles reset by a
+//!   `pool.reset` every 8 steps); `sync_samr`: `pool.step_and_maybe_reset`
+//!   over all N, the raw loop's own pattern (step, reset the envs that are
+//!   done) with no extra batch.
 //! - `async_half`: steady state of an asynchronous collector: receive the
 //!   first N/2 results (`min_get = max_get = N/2`), send those envs new
 //!   actions (with `step_and_maybe_reset`); `async_step_half` the same with
@@ -94,6 +97,17 @@ fn sync_step<const N: usize>(bencher: Bencher<'_, '_>, name: &str) {
         }
         out
     });
+}
+
+/// `pool.step_and_maybe_reset` over all N envs: each env is reset in the
+/// step that ends its episode, as the raw loop does (no extra reset batch).
+#[divan::bench(consts = [1, 8, 64], args = ENVS)]
+fn sync_samr<const N: usize>(bencher: Bencher<'_, '_>, name: &str) {
+    let pool = pool_of(name, N);
+    let td = actions(N);
+    bencher
+        .counter(ItemsCount::new(N))
+        .bench_local(|| pool.step_and_maybe_reset(td.clone()).expect("step"));
 }
 
 /// An asynchronous collector at steady state: take the first N/2 results,

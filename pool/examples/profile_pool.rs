@@ -5,7 +5,8 @@
 //! without the noise of wall-clock time on a shared machine.
 //!
 //! Run: `cargo run --release -p pool --example profile_pool -- sync 64 1000`
-//! (`raw`, `sync`, `async`, `async_step`; env count; iterations; env name,
+//! (`raw`, `sync`, `sync_samr`, `async`, `async_step`; env count;
+//! iterations; env name,
 //! default `CartPole-v1`). Prints the wall-clock time per env-step too.
 
 use std::time::Instant;
@@ -97,6 +98,16 @@ fn main() {
             }
             steps = iters * n;
         }
+        "sync_samr" => {
+            let pool = pool_of(name, n);
+            let td = actions(n);
+            start = Instant::now();
+            for _ in 0..iters {
+                let out = pool.step_and_maybe_reset(td.clone()).expect("step");
+                std::hint::black_box(out);
+            }
+            steps = iters * n;
+        }
         "async" | "async_step" => {
             let pool = pool_of(name, n);
             let half = n / 2;
@@ -125,7 +136,7 @@ fn main() {
             }
             steps = iters * half;
         }
-        other => panic!("unknown mode {other:?}: raw, sync, async or async_step"),
+        other => panic!("unknown mode {other:?}: raw, sync, sync_samr, async or async_step"),
     }
     let elapsed = start.elapsed();
     println!(

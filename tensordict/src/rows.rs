@@ -138,7 +138,14 @@ impl TensorDict {
                 found: self.batch_size().to_vec(),
             });
         }
-        gather_into_at(self, rows, out, RowsAt::From(0), &NestedKey::default())
+        gather_into_at(
+            self,
+            rows,
+            out,
+            RowsAt::From(0),
+            Keys::Same,
+            &NestedKey::default(),
+        )
     }
 
     /// Copies row `src_row` of the batch `src` into row `row` of this batch
@@ -170,6 +177,30 @@ impl TensorDict {
         src: &TensorDict,
         src_rows: &[usize],
     ) -> Result<(), TensorDictError> {
+        self.copy_rows_with(at, src, src_rows, Keys::Same)
+    }
+
+    /// As [`TensorDict::copy_rows`], but `src` may have more keys: each
+    /// entry of this batch takes rows of `src`'s entry at the same key (as
+    /// [`TensorDict::fill_from`] does for a whole tensordict). What a root
+    /// batch (a step's entries without the reward) takes from the step's
+    /// batch.
+    pub fn fill_rows_from(
+        &mut self,
+        at: &[usize],
+        src: &TensorDict,
+        src_rows: &[usize],
+    ) -> Result<(), TensorDictError> {
+        self.copy_rows_with(at, src, src_rows, Keys::Subset)
+    }
+
+    fn copy_rows_with(
+        &mut self,
+        at: &[usize],
+        src: &TensorDict,
+        src_rows: &[usize],
+        keys: Keys,
+    ) -> Result<(), TensorDictError> {
         if at.len() != src_rows.len() {
             return Err(TensorDictError::StackBatchSize {
                 index: 0,
@@ -195,7 +226,14 @@ impl TensorDict {
                 return Err(TensorDictError::IndexOutOfRange { index, len });
             }
         }
-        gather_into_at(src, src_rows, self, RowsAt::At(at), &NestedKey::default())
+        gather_into_at(
+            src,
+            src_rows,
+            self,
+            RowsAt::At(at),
+            keys,
+            &NestedKey::default(),
+        )
     }
 
     /// Copies row `row` of this batch into `dst`, for the keys `dst` has
@@ -352,6 +390,14 @@ fn copy_row_at(
         }
     }
     Ok(())
+}
+
+/// Whether a row copy's source has exactly the destination's keys, in
+/// order, or may have more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Keys {
+    Same,
+    Subset,
 }
 
 /// Where each written row goes: row `first + j`, or row `at[j]`.
@@ -607,22 +653,43 @@ fn gather_into_at(
     rows: &[usize],
     out: &mut TensorDict,
     at: RowsAt<'_>,
+    keys: Keys,
     prefix: &NestedKey,
 ) -> Result<(), TensorDictError> {
-    if batch.len() != out.len() {
+    if keys == Keys::Same && batch.len() != out.len() {
         return Err(key_set_mismatch(out, batch, 0, prefix));
     }
     let len = out.batch_size().first().copied().unwrap_or(0);
+    // Where the next key is likely to be in `batch` (both levels are
+    // sorted, and `out`'s keys are `batch`'s or a subset).
+    let mut hint = 0;
     for position in 0..out.len() {
         let (name, target) = out.entries_mut().at_named_mut(position);
-        let (src_name, entry) = batch.entries().at_named(position);
-        if !crate::entries::same_name(name, src_name) {
-            return Err(row_mismatch(
-                prefix.child(src_name),
-                0,
-                "has this key but the gathered batch does not".into(),
-            ));
-        }
+        let entries = batch.entries();
+        let found =
+            if hint < entries.len() && crate::entries::same_name(entries.at_named(hint).0, name) {
+                Some(hint)
+            } else if keys == Keys::Subset {
+                entries.position(name).ok()
+            } else {
+                None
+            };
+        let Some(found) = found else {
+            let (src_name, _) = entries.at_named(position.min(entries.len().saturating_sub(1)));
+            return Err(match keys {
+                Keys::Same => row_mismatch(
+                    prefix.child(src_name),
+                    0,
+                    "has this key but the gathered batch does not".into(),
+                ),
+                Keys::Subset => TensorDictError::KeyNotFound {
+                    key: prefix.child(name),
+                    available: batch.iter().map(|(k, _)| k.to_owned()).collect(),
+                },
+            });
+        };
+        hint = found + 1;
+        let entry = entries.at(found);
         match (target, entry) {
             (Entry::Tensor(dst), Entry::Tensor(t))
                 if dst.dtype() == t.dtype() && same_shape(&dst.shape()[1..], &t.shape()[1..]) =>
@@ -641,7 +708,7 @@ fn gather_into_at(
                 }
             }
             (Entry::Dict(dst), Entry::Dict(d)) => {
-                gather_into_at(d, rows, dst, at, &prefix.child(name))?
+                gather_into_at(d, rows, dst, at, keys, &prefix.child(name))?
             }
             (target, entry) => {
                 return Err(row_mismatch(
@@ -908,6 +975,33 @@ mod tests {
         other.set("extra", Tensor::full(&[1], 1i64)).unwrap();
         let other = TensorDict::stack(&[other]).unwrap();
         assert!(dst.copy_rows(&[0], &other, &[0]).is_err());
+    }
+
+    #[test]
+    fn fill_rows_from_takes_the_rows_of_the_keys_it_has() {
+        // The source has one more key ("extra", sorted before "next").
+        let with_extra = |x: f32, n: i64| {
+            let mut td = step(x, n);
+            td.set("extra", Tensor::full(&[1], 7i64)).unwrap();
+            td
+        };
+        let src = TensorDict::stack(&[with_extra(1.0, 4), with_extra(2.0, 5)]).unwrap();
+        let mut dst = TensorDict::zeros_stacked(&step(0.0, 0), 3).unwrap();
+        dst.fill_rows_from(&[2, 0], &src, &[0, 1]).unwrap();
+        assert_eq!(dst.index(2).unwrap(), step(1.0, 4));
+        assert_eq!(dst.index(0).unwrap(), step(2.0, 5));
+        assert_eq!(dst.index(1).unwrap(), step(0.0, 0));
+        // Exactly the same keys: as copy_rows.
+        let same = TensorDict::stack(&[step(3.0, 6)]).unwrap();
+        dst.fill_rows_from(&[1], &same, &[0]).unwrap();
+        assert_eq!(dst.index(1).unwrap(), step(3.0, 6));
+        // A key of the destination missing from the source is named.
+        let mut fewer = TensorDict::stack(&[step(1.0, 1)]).unwrap();
+        let key = fewer.keys(false, false)[0].clone();
+        fewer.remove(&key);
+        let err = dst.fill_rows_from(&[0], &fewer, &[0]).unwrap_err();
+        assert!(err.to_string().contains(&key.to_string()), "{err}");
+        assert!(dst.fill_rows_from(&[3], &src, &[0]).is_err());
     }
 
     #[test]
