@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use smallvec::SmallVec;
 use tensordict::{Entry, NestedKey, NonTensor, Shape, Tensor, TensorDict};
 
 use crate::error::{ExchangeError, ReadError, SchemaError, WriteError};
@@ -354,14 +355,22 @@ fn set_slots(td: &mut TensorDict, slots: &[usize], rows: Option<usize>, batch: &
         .expect("the slot indices have the batch's shape");
 }
 
-/// The keys-present mask of `td` for `schema`: `td` has the schema's batch
-/// size, no key that the schema lacks, and the schema's dtype and shape at
-/// each key it has; it may leave keys of the schema out.
+/// The tensors of `td` at the fields of `schema` that it has, in field
+/// order.
+type Present<'a> = SmallVec<[&'a Tensor; 16]>;
+
+/// The keys-present mask of `td` for `schema`, and the tensors present (so
+/// that a writer looks each key up once): `td` has the schema's batch size,
+/// no key that the schema lacks, and the schema's dtype and shape at each
+/// key it has; it may leave keys of the schema out.
 ///
 /// When several things are wrong, the error is the first of: the batch
 /// size; the keys the schema lacks (all of them); the first key, in order,
 /// whose dtype or shape differs.
-fn present_mask(schema: &Schema, td: &TensorDict) -> Result<u64, SchemaError> {
+fn present_fields<'a>(
+    schema: &Schema,
+    td: &'a TensorDict,
+) -> Result<(u64, Present<'a>), SchemaError> {
     if td.batch_size() != schema.batch_size() {
         return Err(SchemaError::BatchSize {
             batch_size: td.batch_size().to_vec(),
@@ -369,6 +378,7 @@ fn present_mask(schema: &Schema, td: &TensorDict) -> Result<u64, SchemaError> {
         });
     }
     let mut mask = 0u64;
+    let mut present = Present::new();
     let mut found = 0;
     let mut mismatch = None;
     for (i, field) in schema.fields().iter().enumerate() {
@@ -384,9 +394,10 @@ fn present_mask(schema: &Schema, td: &TensorDict) -> Result<u64, SchemaError> {
                 shape: t.shape().to_vec(),
                 expected: field.shape().to_vec(),
             },
-            Some(Entry::Tensor(_)) => {
+            Some(Entry::Tensor(t)) => {
                 found += 1;
                 mask |= 1 << i;
+                present.push(t);
                 continue;
             }
             Some(Entry::NonTensor(_)) => SchemaError::NonTensorLeaf {
@@ -408,7 +419,7 @@ fn present_mask(schema: &Schema, td: &TensorDict) -> Result<u64, SchemaError> {
             .collect();
         return Err(SchemaError::UnknownKeys { keys });
     }
-    mismatch.map_or(Ok(mask), Err)
+    mismatch.map_or(Ok((mask, present)), Err)
 }
 
 /// What [`Exchange::receive`] waits for and takes.
@@ -845,15 +856,14 @@ impl Exchange {
         self.stats.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Writes the tensors of `td` present in `schema` into `slot`'s `area`
-    /// (`mask` from `present_mask`).
-    fn write_fields(&self, slot: usize, area: Area, td: &TensorDict, mask: u64) {
+    /// Writes the tensors present (from `present_fields`: one for each
+    /// field of `mask`, in order) into `slot`'s `area`.
+    fn write_fields(&self, slot: usize, area: Area, mask: u64, present: &[&Tensor]) {
         let shared = &*self.shared;
-        for (i, field) in shared.layout.schema(area).fields().iter().enumerate() {
-            if mask & (1 << i) != 0 {
-                let tensor = td.tensor(field.key()).expect("checked by present_mask");
-                shared.store(shared.layout.field_offset(slot, area, i), tensor.as_bytes());
-            }
+        let fields = shared.layout.schema(area).len();
+        let written = (0..fields).filter(|&i| mask & (1 << i) != 0);
+        for (i, tensor) in written.zip(present) {
+            shared.store(shared.layout.field_offset(slot, area, i), tensor.as_bytes());
         }
     }
 
@@ -882,7 +892,7 @@ impl Exchange {
     pub fn write_input(&self, slot: usize, td: &TensorDict) -> Result<(), WriteError> {
         self.check_write_slot(slot)?;
         let schema = self.shared.layout.schema(Area::Input);
-        let mask = present_mask(schema, td).map_err(|source| WriteError::Schema {
+        let (mask, present) = present_fields(schema, td).map_err(|source| WriteError::Schema {
             slot,
             area: Area::Input,
             source,
@@ -895,7 +905,7 @@ impl Exchange {
         self.shared
             .word64(slot, slot_header::INPUT_KEYS_OFFSET)
             .store(mask, Ordering::Relaxed);
-        self.write_fields(slot, Area::Input, td, mask);
+        self.write_fields(slot, Area::Input, mask, &present);
         Ok(())
     }
 
@@ -952,30 +962,42 @@ impl Exchange {
     /// Copies `slot`'s input into `out` (worker side, after taking the
     /// command): the keys written with it; the others keep their values.
     /// `out` has every key of the input schema with its dtype and shape:
-    /// build it once with [`Schema::zeros`].
+    /// build it once with [`Schema::zeros`]. A written key that `out` lacks,
+    /// or holds with another dtype or shape, is a [`ReadError::Schema`]
+    /// error (the keys before it were copied).
     pub fn read_input(&self, slot: usize, out: &mut TensorDict) -> Result<(), ReadError> {
         self.check_read_slot(slot)?;
         let shared = &*self.shared;
         let schema = shared.layout.schema(Area::Input);
-        schema.check(out).map_err(|source| ReadError::Schema {
-            slot,
-            area: Area::Input,
-            source,
-        })?;
         // Relaxed: ordered after the parent's store by the Acquire swap
         // that took the command (`command::take`).
         let mask = shared
             .word64(slot, slot_header::INPUT_KEYS_OFFSET)
             .load(Ordering::Relaxed);
+        // Each written field looked up once: checked, then loaded.
         for (i, field) in schema.fields().iter().enumerate() {
-            if mask & (1 << i) != 0 {
-                let mut tensor = out
-                    .tensor_mut(field.key())
-                    .expect("checked by Schema::check");
-                shared.load(
-                    shared.layout.field_offset(slot, Area::Input, i),
-                    tensor.bytes_mut(),
-                );
+            if mask & (1 << i) == 0 {
+                continue;
+            }
+            match out.tensor_mut(field.key()) {
+                Ok(mut tensor)
+                    if tensor.dtype() == field.dtype() && tensor.shape() == field.shape() =>
+                {
+                    shared.load(
+                        shared.layout.field_offset(slot, Area::Input, i),
+                        tensor.bytes_mut(),
+                    );
+                }
+                _ => {
+                    let source = schema.check(out).err().unwrap_or(SchemaError::UnknownKeys {
+                        keys: vec![field.key().clone()],
+                    });
+                    return Err(ReadError::Schema {
+                        slot,
+                        area: Area::Input,
+                        source,
+                    });
+                }
             }
         }
         Ok(())
@@ -1026,15 +1048,16 @@ impl Exchange {
     ) -> Result<(), WriteError> {
         self.check_write_slot(slot)?;
         let shared = &*self.shared;
-        let check = |area, td| {
-            present_mask(shared.layout.schema(area), td).map_err(|source| WriteError::Schema {
-                slot,
-                area,
-                source,
-            })
+        let check =
+            |area, td| {
+                present_fields(shared.layout.schema(area), td)
+                    .map_err(|source| WriteError::Schema { slot, area, source })
+            };
+        let (result_mask, result_present) = check(Area::Result, result)?;
+        let (next_mask, next_present) = match next {
+            Some(next) => check(Area::Next, next)?,
+            None => (0, Present::new()),
         };
-        let result_mask = check(Area::Result, result)?;
-        let next_mask = next.map_or(Ok(0), |next| check(Area::Next, next))?;
         let published = now_ns();
         let clock = shared.clock(slot);
         let start = seqlock::begin_write(clock);
@@ -1049,10 +1072,8 @@ impl Exchange {
         shared
             .word64(slot, slot_header::PUBLISHED_NS_OFFSET)
             .store(published, Ordering::Relaxed);
-        self.write_fields(slot, Area::Result, result, result_mask);
-        if let Some(next) = next {
-            self.write_fields(slot, Area::Next, next, next_mask);
-        }
+        self.write_fields(slot, Area::Result, result_mask, &result_present);
+        self.write_fields(slot, Area::Next, next_mask, &next_present);
         seqlock::end_write(clock, start);
         if ring {
             bell::ring(shared.bell());
@@ -1351,10 +1372,11 @@ impl Exchange {
     ///
     /// `result` and `next` hold every key of their schemas with its dtype
     /// and shape (build them with [`Schema::zeros`]); the keys the worker
-    /// did not publish keep their values. A buffer that does not fit is a
-    /// [`ReadError::Schema`] error, after the fields before the misfit were
-    /// copied (each field is looked up once, checked and copied: the
-    /// lookups were most of a pool's receive).
+    /// did not publish keep their values. A buffer that does not fit a
+    /// published field is a [`ReadError::Schema`] error, after the fields
+    /// before the misfit were copied (each published field is looked up
+    /// once, checked and copied: the lookups were most of a pool's
+    /// receive).
     pub fn read_into(
         &self,
         slot: usize,
@@ -1391,9 +1413,9 @@ impl Exchange {
             if snap.clock <= after {
                 return Ok(None);
             }
-            // Each field of both areas must be a tensor of the schema's
-            // dtype and shape in the caller's tensordicts; the published
-            // ones are copied.
+            // Each published field must be a tensor of the schema's dtype
+            // and shape in the caller's tensordicts, and is copied there
+            // (the others are not looked at: a step publishes no root).
             for (area, schema, td, parts, mask) in [
                 (
                     Area::Result,
@@ -1405,11 +1427,12 @@ impl Exchange {
                 (Area::Next, next_schema, next, &next_parts, snap.next_mask),
             ] {
                 for (i, (field, part)) in schema.fields().iter().zip(parts).enumerate() {
+                    if mask & (1 << i) == 0 {
+                        continue;
+                    }
                     match td.tensor_mut(field.key()) {
                         Ok(mut t) if t.dtype() == field.dtype() && t.shape() == field.shape() => {
-                            if mask & (1 << i) != 0 {
-                                t.bytes_mut().copy_from_slice(part);
-                            }
+                            t.bytes_mut().copy_from_slice(part);
                         }
                         _ => {
                             let source =
@@ -1600,11 +1623,11 @@ mod tests {
     fn masks_record_the_keys_present() {
         let s = schema(&[("a", DType::U8, &[1]), ("b", DType::F32, &[2])]);
         let mut td = TensorDict::new(&[]);
-        assert_eq!(present_mask(&s, &td), Ok(0));
+        assert_eq!(present_fields(&s, &td).map(|(m, _)| m), Ok(0));
         td.set("b", Tensor::zeros(DType::F32, &[2])).unwrap();
-        assert_eq!(present_mask(&s, &td), Ok(0b10));
+        assert_eq!(present_fields(&s, &td).map(|(m, _)| m), Ok(0b10));
         td.set("a", Tensor::zeros(DType::U8, &[1])).unwrap();
-        assert_eq!(present_mask(&s, &td), Ok(0b11));
+        assert_eq!(present_fields(&s, &td).map(|(m, _)| m), Ok(0b11));
         assert_eq!(all_fields(2), 0b11);
         assert_eq!(all_fields(64), u64::MAX);
     }
