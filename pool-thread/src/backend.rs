@@ -507,7 +507,8 @@ impl ThreadBackend {
         jobs: &[(usize, Option<usize>)],
         src: Option<&TensorDict>,
     ) -> Result<(), ThreadError> {
-        let mut addressed = vec![false; self.num_envs()];
+        // One bit per env addressed.
+        let mut addressed = vec![0u64; self.num_envs().div_ceil(64)];
         for &(env, _) in jobs {
             if env >= self.num_envs() {
                 return Err(ThreadError::NoSuchEnv {
@@ -515,29 +516,26 @@ impl ThreadBackend {
                     num_envs: self.num_envs(),
                 });
             }
+            let (word, bit) = (env / 64, 1u64 << (env % 64));
             // Acquire: pairs with the Release of IDLE in `release`/`take`.
-            if std::mem::replace(&mut addressed[env], true)
-                || self.shared.phases[env].load(Ordering::Acquire) != IDLE
+            if addressed[word] & bit != 0 || self.shared.phases[env].load(Ordering::Acquire) != IDLE
             {
                 return Err(ThreadError::Busy { env });
             }
+            addressed[word] |= bit;
         }
-        // The input is checked here, once per kind of env input buffer
-        // (the rows of one send all have one layout), and copied by the
-        // worker that runs the env.
-        let shared_src = src.map(|src| Arc::new(src.clone()));
+        // Every input is checked here, once per kind of env input buffer
+        // (the rows of one send all have one layout), before anything is
+        // queued; the worker that runs the env copies it.
         let mut checked: Vec<(usize, bool)> = Vec::new();
-        let mut queued = Vec::with_capacity(jobs.len());
+        let takes_input = |env: usize| op != Op::Reset || self.inputs.reset_takes_input[env];
         for &(env, row) in jobs {
-            let input = match (op, &shared_src) {
-                (Op::Reset, None) => None,
+            match src {
                 // Only state entries travel into a reset, when the env has any.
-                (Op::Reset, Some(_)) if !self.inputs.reset_takes_input[env] => None,
-                (_, Some(src)) => {
-                    self.check_input(env, src, row, &mut checked)?;
-                    Some((Arc::clone(src), row))
-                }
-                (_, None) => {
+                _ if !takes_input(env) => {}
+                Some(src) => self.check_input(env, src, row, &mut checked)?,
+                None if op == Op::Reset => {}
+                None => {
                     return Err(ThreadError::Input {
                         env,
                         name: self.names[env].clone(),
@@ -547,8 +545,7 @@ impl ThreadBackend {
                         }),
                     })
                 }
-            };
-            queued.push(Job { env, op, input });
+            }
         }
         for &(env, _) in jobs {
             // Release: pairs with the worker's Acquire of the queue's lock
@@ -556,7 +553,18 @@ impl ThreadBackend {
             // written by a send.
             self.shared.phases[env].store(QUEUED, Ordering::Release);
         }
-        self.shared.queue.push_all(queued);
+        // The jobs go straight into the workers' queues.
+        let shared_src = src.map(|src| Arc::new(src.clone()));
+        self.shared.queue.push_all(jobs.iter().map(|&(env, row)| {
+            Job {
+                env,
+                op,
+                input: shared_src
+                    .as_ref()
+                    .filter(|_| takes_input(env))
+                    .map(|src| (Arc::clone(src), row)),
+            }
+        }));
         Ok(())
     }
 
