@@ -88,7 +88,15 @@ impl NonTensor {
     /// The integers of a stack of integers (as `env_index`).
     pub fn as_int_vec(&self) -> Option<Vec<i64>> {
         match self {
-            NonTensor::Stack(items) => items.iter().map(NonTensor::as_int).collect(),
+            NonTensor::Stack(items) => {
+                // One allocation (collecting into an `Option<Vec>` knows no
+                // length, so its vector grows by doubling).
+                let mut ints = Vec::with_capacity(items.len());
+                for item in items {
+                    ints.push(item.as_int()?);
+                }
+                Some(ints)
+            }
             _ => None,
         }
     }
