@@ -35,6 +35,7 @@
 //! assert_eq!(seen, vec![cpus[0]]);
 //! # Ok::<(), affinity::AffinityError>(())
 //! ```
+#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::sync::Arc;

@@ -129,7 +129,8 @@ impl Runner {
         // touches `next` or `root` (a step or reset after a deferred
         // step-and-maybe-reset: rare).
         if op != Op::StepAndMaybeReset {
-            self.sync_root().map_err(|e| step(EnvError::from(e)))?;
+            let during = if op == Op::Reset { reset } else { step };
+            self.sync_root().map_err(|e| during(EnvError::from(e)))?;
         }
         match op {
             Op::Reset => {
@@ -143,6 +144,9 @@ impl Runner {
             }
             Op::StepAndMaybeReset => {
                 self.during = "step";
+                // A step that fails after a deferred one leaves `root` one
+                // step older than `next` was (nothing reads the root of a
+                // failed step: its result is the error).
                 self.root_is_next = false;
                 env.step_into(&self.input, &mut self.next).map_err(step)?;
                 let done = match self.next.get("done") {
@@ -264,6 +268,32 @@ mod tests {
         assert!(!runner.root_is_next());
         assert_eq!(observation(&runner.root), vec![1]);
         assert_eq!(observation(&runner.next), vec![2]);
+    }
+
+    /// A deferred root that no longer fits `next` (an env that changed its
+    /// buffer's layout) is an error of the call that syncs it, named by
+    /// that call's phase; the root stays marked stale.
+    #[test]
+    fn a_deferred_root_that_does_not_fit_is_an_error() {
+        let mut env = CountingEnv::new(0, 5);
+        let mut runner = Runner::new(&env);
+        runner.defer_root = true;
+        runner.run(&mut env, Op::Reset, false).unwrap();
+        runner
+            .input
+            .set("action", Tensor::from_vec(&[1], vec![1i64]).unwrap())
+            .unwrap();
+        runner.run(&mut env, Op::StepAndMaybeReset, true).unwrap();
+        runner
+            .next
+            .set("observation", Tensor::full(&[2], 0i32))
+            .unwrap();
+        assert!(runner.sync_root().is_err());
+        assert!(runner.root_is_next());
+        let err = runner.run(&mut env, Op::Reset, false).unwrap_err();
+        assert_eq!(err.during, "reset");
+        let err = runner.run(&mut env, Op::Step, true).unwrap_err();
+        assert_eq!(err.during, "step");
     }
 
     /// Without `defer_root` (the default), the root is always current.

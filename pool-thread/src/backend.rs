@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use affinity::{Affinity, CpuList};
+use affinity::Affinity;
 use envs::{Env, EnvError, EnvSpecs, Runner};
 use tensordict::TensorDict;
 
@@ -139,8 +139,10 @@ impl BatchRows {
     }
 
     /// Copies the results of a chunk's envs that ran without error into
-    /// their rows and records which rows hold them.
-    fn store(&mut self, chunk: &[Job], cells: &[MutexGuard<'_, Cell>]) {
+    /// their rows and records which rows hold them. Returns the envs (bit
+    /// `j` for `chunk[j]`) whose deferred root was written from their step
+    /// row; any other deferred root is the caller's to bring up to date.
+    fn store(&mut self, chunk: &[Job], cells: &[MutexGuard<'_, Cell>]) -> u64 {
         let mut next_at: SmallVec<[usize; CHUNK_INLINE]> = SmallVec::new();
         let mut next_rows: SmallVec<[&TensorDict; CHUNK_INLINE]> = SmallVec::new();
         let mut root_at: SmallVec<[usize; CHUNK_INLINE]> = SmallVec::new();
@@ -180,19 +182,24 @@ impl BatchRows {
             &root_at,
             &root_rows,
         );
-        // Those roots from the step rows just written, column by column (a
-        // root not written here is read from its cell, synced there).
+        // Those roots from the step rows just written, column by column.
         root_in_next.retain(|&mut env| self.rows[env] & NEXT_ROW != 0);
-        if !root_in_next.is_empty()
-            && self
+        if root_in_next.is_empty()
+            || self
                 .root
                 .fill_rows_from(&root_in_next, &self.next, &root_in_next)
-                .is_ok()
+                .is_err()
         {
-            for &env in &root_in_next {
+            return 0;
+        }
+        let mut written = 0u64;
+        for (j, &Job { env, .. }) in chunk.iter().enumerate() {
+            if root_in_next.contains(&env) {
                 self.rows[env] |= ROOT_ROW;
+                written |= 1 << j;
             }
         }
+        written
     }
 }
 
@@ -415,7 +422,7 @@ impl ThreadBackend {
                 .name(format!("rlpool-worker-{worker}"))
                 .spawn(move || {
                     if let Some((cpus, report)) = pin {
-                        if !pin_worker(worker, &cpus, &report) {
+                        if !pin_worker(worker, cpus.as_slice(), &report) {
                             return;
                         }
                     }
@@ -693,6 +700,8 @@ impl ThreadBackend {
         read: impl FnOnce(EnvOutput<'_>) -> R,
     ) -> Result<R, ThreadError> {
         let mut cell = lock(&self.shared.cells[env]);
+        // A deferred root here is in its batch row (the worker synced any
+        // other), so this copy fits; if it did not, the error is the env's.
         sync_root(env, &mut cell);
         match &cell.error {
             Some(err) => Err(err.clone()),
@@ -718,6 +727,7 @@ impl ThreadBackend {
         let mut guards: Vec<Option<MutexGuard<'_, Cell>>> = (0..envs.len()).map(|_| None).collect();
         for j in order {
             let mut cell = lock(&self.shared.cells[envs[j]]);
+            // As in `peek`.
             sync_root(envs[j], &mut cell);
             guards[j] = Some(cell);
         }
@@ -864,10 +874,10 @@ fn copy_input(
 /// returns whether it may go on.
 fn pin_worker(
     worker: usize,
-    cpus: &CpuList,
+    cpus: &[usize],
     report: &std::sync::mpsc::Sender<(usize, Result<(), affinity::AffinityError>)>,
 ) -> bool {
-    let pinned = affinity::pin_current_thread(worker, cpus.as_slice());
+    let pinned = affinity::pin_current_thread(worker, cpus);
     let ok = pinned.is_ok();
     // The receiver lives until every worker reported.
     let _ = report.send((worker, pinned));
@@ -896,8 +906,18 @@ fn run_chunk(shared: &Shared, chunk: &[Job]) {
         }
         cells.push(cell);
     }
-    if let Some(batch) = &shared.batch {
-        lock(batch).store(chunk, &cells);
+    let roots_in_rows = match &shared.batch {
+        Some(batch) => lock(batch).store(chunk, &cells),
+        None => 0,
+    };
+    // A deferred root that is not in its row is brought up to date in its
+    // cell now, so that a failure to (an env that changed its layout) is
+    // this env's failure, reported alone like any other.
+    for (j, cell) in cells.iter_mut().enumerate() {
+        if roots_in_rows & (1 << j) == 0 && failed & (1 << j) == 0 && sync_root(chunk[j].env, cell)
+        {
+            failed |= 1 << j;
+        }
     }
     drop(cells);
     let generation = shared.done.generation();
@@ -916,14 +936,19 @@ fn run_chunk(shared: &Shared, chunk: &[Job]) {
 /// Brings env `env`'s root up to date if its last step deferred it (see
 /// `Runner::defer_root`), before anyone reads the cell's root; a failure
 /// to (an env that changed its buffers' layout) becomes the env's error.
-fn sync_root(env: usize, cell: &mut Cell) {
-    if let Err(source) = cell.runner.sync_root() {
-        cell.error.get_or_insert_with(|| ThreadError::Env {
-            env,
-            name: cell.name.clone(),
-            during: "step",
-            source: Box::new(source.into()),
-        });
+/// Returns whether it failed.
+fn sync_root(env: usize, cell: &mut Cell) -> bool {
+    match cell.runner.sync_root() {
+        Ok(()) => false,
+        Err(source) => {
+            cell.error.get_or_insert_with(|| ThreadError::Env {
+                env,
+                name: cell.name.clone(),
+                during: "step",
+                source: Box::new(source.into()),
+            });
+            true
+        }
     }
 }
 
@@ -982,4 +1007,35 @@ fn run_cell(env: usize, cell: &mut Cell) -> bool {
     let failed = error.is_some();
     cell.error = error;
     failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker thread that cannot pin itself reports the kernel's refusal,
+    /// naming the worker, and does not go on (`start` then stops the
+    /// others and returns that error).
+    #[test]
+    fn a_worker_that_cannot_pin_itself_reports_it_and_stops() {
+        let available = affinity::available_cpus().unwrap();
+        // A CPU a set can hold but this machine does not have.
+        let Some(cpu) = (0..1024).rev().find(|cpu| !available.contains(cpu)) else {
+            return;
+        };
+        let (report, reports) = std::sync::mpsc::channel();
+        let went_on = std::thread::spawn(move || pin_worker(3, &[cpu], &report))
+            .join()
+            .unwrap();
+        assert!(!went_on);
+        let (worker, pinned) = reports.recv().unwrap();
+        assert_eq!(worker, 3);
+        let err = ThreadError::Affinity(pinned.unwrap_err());
+        assert!(
+            err.to_string().starts_with(&format!(
+                "worker thread CPU affinity: worker 3: could not pin to [{cpu}]"
+            )),
+            "{err}"
+        );
+    }
 }

@@ -26,6 +26,9 @@ pub enum Backend {
         /// set per worker thread, or a function of its index); default:
         /// wherever the scheduler puts it. Validated before any env is
         /// built; each worker thread pins itself before it steps any env.
+        /// `Affinity::per_worker` must give one set per worker thread: as
+        /// many as `threads`, or by default as the machine has cores, at
+        /// most one per env (`Affinity::by_worker` fits any count).
         affinity: Option<crate::Affinity>,
     },
     /// Worker processes: the program started again in worker mode (its

@@ -90,8 +90,9 @@ impl Dispatch {
 
     /// Waits until at least `needed` more results were published after
     /// `ticket` (or anything happened, for processes), a wake-up, or
-    /// `deadline`. Spins first, until a budget counted from
-    /// `waiting_since` (the start of the receive) is spent, then sleeps.
+    /// `deadline`. Threads and the shm exchange spin first, until a budget
+    /// counted from `waiting_since` (the start of the receive) is spent,
+    /// then sleep; the queue exchange sleeps at once.
     pub(crate) fn wait(
         &self,
         ticket: Ticket,

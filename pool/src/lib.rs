@@ -92,10 +92,10 @@ pub use tensordict;
 pub use pool_thread::ThreadError;
 
 #[doc(inline)]
-pub use pool_proc::{
-    available_cpus, current_cpus, init, libtest_worker_args, Affinity, AffinityError, ExchangeMode,
-    ProcError, ProcOptions,
-};
+pub use affinity::{available_cpus, current_cpus, Affinity, AffinityError};
+
+#[doc(inline)]
+pub use pool_proc::{init, libtest_worker_args, ExchangeMode, ProcError, ProcOptions};
 
 /// The README's code blocks, compiled and run as doc tests so that the quick
 /// start never goes stale.

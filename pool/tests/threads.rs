@@ -331,3 +331,73 @@ fn env_index_is_in_the_state_spec_of_envs_with_different_state_keys() {
     assert_eq!(common::env_index(&root), vec![0, 1]);
     assert_eq!(int_at(&root.index(1).unwrap(), &["observation"]), 0);
 }
+
+/// A CountingEnv that, from its `shift_at`-th step on, writes its
+/// observation with another shape (an env that breaks its own layout).
+struct Shapeshifter {
+    inner: CountingEnv,
+    steps: u32,
+    shift_at: u32,
+}
+
+impl Env for Shapeshifter {
+    fn specs(&self) -> &EnvSpecs {
+        self.inner.specs()
+    }
+    fn set_seed(&mut self, seed: u64) {
+        self.inner.set_seed(seed);
+    }
+    fn reset_into(
+        &mut self,
+        input: Option<&TensorDict>,
+        out: &mut TensorDict,
+    ) -> Result<(), EnvError> {
+        self.inner.reset_into(input, out)
+    }
+    fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
+        self.inner.step_into(input, next)?;
+        self.steps += 1;
+        if self.steps >= self.shift_at {
+            next.set("observation", pool::tensordict::Tensor::full(&[2], 0i32))?;
+        }
+        Ok(())
+    }
+}
+
+/// An env whose step result stops fitting the pool's batch rows during a
+/// step_and_maybe_reset that resets nothing (its next root is then taken
+/// from its own buffers, not its batch row) fails alone: the error names
+/// it, the other env's result is still there to take, and the pool goes on.
+#[test]
+fn an_env_that_breaks_its_layout_fails_alone_in_a_dense_step_and_maybe_reset() {
+    watchdog(|| {
+        let pool = AsyncEnvPool::builder()
+            .backend(common::threads(2))
+            .env(|| Ok(Box::new(CountingEnv::new(0, 100)) as Box<dyn Env>))
+            .env(|| {
+                Ok(Box::new(Shapeshifter {
+                    inner: CountingEnv::new(0, 100),
+                    steps: 0,
+                    shift_at: 2,
+                }) as Box<dyn Env>)
+            })
+            .build()
+            .unwrap();
+        pool.reset(None).unwrap();
+        pool.step_and_maybe_reset(common::actions(&[1, 1])).unwrap();
+        let err = pool
+            .step_and_maybe_reset(common::actions(&[1, 1]))
+            .unwrap_err();
+        assert!(err.to_string().contains("env 1"), "{err}");
+        // Env 1 was reported and released; env 0's result waits alone.
+        assert_eq!(pool.in_flight(), vec![0]);
+        let (step, _root) = pool
+            .async_step_and_maybe_reset_recv(pool::Recv::new().min_get(1))
+            .unwrap();
+        assert_eq!(
+            step.get_non_tensor("env_index").unwrap().as_int_vec(),
+            Some(vec![0])
+        );
+        assert!(pool.in_flight().is_empty());
+    });
+}

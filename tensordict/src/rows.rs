@@ -675,10 +675,10 @@ fn gather_into_at(
                 None
             };
         let Some(found) = found else {
-            let (src_name, _) = entries.at_named(position.min(entries.len().saturating_sub(1)));
             return Err(match keys {
+                // Same length (checked above), so `position` is an entry.
                 Keys::Same => row_mismatch(
-                    prefix.child(src_name),
+                    prefix.child(entries.at_named(position).0),
                     0,
                     "has this key but the gathered batch does not".into(),
                 ),
@@ -1002,6 +1002,34 @@ mod tests {
         let err = dst.fill_rows_from(&[0], &fewer, &[0]).unwrap_err();
         assert!(err.to_string().contains(&key.to_string()), "{err}");
         assert!(dst.fill_rows_from(&[3], &src, &[0]).is_err());
+        // An empty source: the first key is missing (no panic).
+        let empty = TensorDict::new(&[1]);
+        assert!(matches!(
+            dst.fill_rows_from(&[0], &empty, &[0]),
+            Err(TensorDictError::KeyNotFound { .. })
+        ));
+        // A nested dict without the key, and a dtype that differs.
+        let mut nested_empty = TensorDict::new(&[1]);
+        nested_empty
+            .set(("next", "other"), Tensor::full(&[1, 1], 0i64))
+            .unwrap();
+        nested_empty
+            .set("observation", Tensor::full(&[1, 3], 0f32))
+            .unwrap();
+        nested_empty
+            .set("env_index", NonTensor::Stack(vec![NonTensor::Int(0)]))
+            .unwrap();
+        let err = dst.fill_rows_from(&[0], &nested_empty, &[0]).unwrap_err();
+        assert!(err.to_string().contains("done"), "{err}");
+        let mut wrong_dtype = TensorDict::stack(&[step(1.0, 1)]).unwrap();
+        wrong_dtype
+            .set("observation", Tensor::full(&[1, 3], 0f64))
+            .unwrap();
+        assert!(dst.fill_rows_from(&[0], &wrong_dtype, &[0]).is_err());
+        // Non-tensor stacks take their rows too.
+        let ints = TensorDict::stack(&[with_extra(5.0, 42)]).unwrap();
+        dst.fill_rows_from(&[1], &ints, &[0]).unwrap();
+        assert_eq!(dst.index(1).unwrap(), step(5.0, 42));
     }
 
     #[test]
