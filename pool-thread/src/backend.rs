@@ -147,10 +147,11 @@ impl BatchRows {
         let mut next_rows: SmallVec<[&TensorDict; CHUNK_INLINE]> = SmallVec::new();
         let mut root_at: SmallVec<[usize; CHUNK_INLINE]> = SmallVec::new();
         let mut root_rows: SmallVec<[&TensorDict; CHUNK_INLINE]> = SmallVec::new();
-        // Envs whose root is their step's entries (a step-and-maybe-reset
-        // that reset nothing, its root deferred: `Runner::defer_root`).
-        let mut root_in_next: SmallVec<[usize; CHUNK_INLINE]> = SmallVec::new();
-        for (&Job { env, .. }, cell) in chunk.iter().zip(cells) {
+        // Bit `j`: `chunk[j]`'s root is its step's entries (a
+        // step-and-maybe-reset that reset nothing, its root deferred:
+        // `Runner::defer_root`).
+        let mut root_in_next = 0u64;
+        for (j, (&Job { env, .. }, cell)) in chunk.iter().zip(cells).enumerate() {
             self.rows[env] = 0;
             if cell.error.is_some() {
                 continue;
@@ -161,7 +162,7 @@ impl BatchRows {
             }
             if cell.op != Op::Step {
                 if cell.runner.root_is_next() {
-                    root_in_next.push(env);
+                    root_in_next |= 1 << j;
                 } else {
                     root_at.push(env);
                     root_rows.push(&cell.runner.root);
@@ -183,23 +184,22 @@ impl BatchRows {
             &root_rows,
         );
         // Those roots from the step rows just written, column by column.
-        root_in_next.retain(|&mut env| self.rows[env] & NEXT_ROW != 0);
-        if root_in_next.is_empty()
-            || self
-                .root
-                .fill_rows_from(&root_in_next, &self.next, &root_in_next)
-                .is_err()
-        {
-            return 0;
-        }
-        let mut written = 0u64;
         for (j, &Job { env, .. }) in chunk.iter().enumerate() {
-            if root_in_next.contains(&env) {
-                self.rows[env] |= ROOT_ROW;
-                written |= 1 << j;
+            if self.rows[env] & NEXT_ROW == 0 {
+                root_in_next &= !(1 << j);
             }
         }
-        written
+        let envs: SmallVec<[usize; CHUNK_INLINE]> = (0..chunk.len())
+            .filter(|&j| root_in_next & (1 << j) != 0)
+            .map(|j| chunk[j].env)
+            .collect();
+        if envs.is_empty() || self.root.fill_rows_from(&envs, &self.next, &envs).is_err() {
+            return 0;
+        }
+        for &env in &envs {
+            self.rows[env] |= ROOT_ROW;
+        }
+        root_in_next
     }
 }
 
