@@ -44,6 +44,17 @@ impl Entries {
         }
     }
 
+    /// Where `key` is, looking at position `hint` first: where it usually
+    /// is when two sorted levels are walked side by side (one has the
+    /// other's keys, or a few more).
+    pub(crate) fn position_near(&self, key: &str, hint: usize) -> Option<usize> {
+        if hint < self.0.len() && same_name(&self.0[hint].0, key) {
+            Some(hint)
+        } else {
+            self.position(key).ok()
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.0.len()
     }

@@ -666,14 +666,13 @@ fn gather_into_at(
     for position in 0..out.len() {
         let (name, target) = out.entries_mut().at_named_mut(position);
         let entries = batch.entries();
-        let found =
-            if hint < entries.len() && crate::entries::same_name(entries.at_named(hint).0, name) {
-                Some(hint)
-            } else if keys == Keys::Subset {
-                entries.position(name).ok()
-            } else {
-                None
-            };
+        let found = match keys {
+            Keys::Subset => entries.position_near(name, hint),
+            // The same keys in the same order: only this position will do.
+            Keys::Same => {
+                crate::entries::same_name(entries.at_named(position).0, name).then_some(position)
+            }
+        };
         let Some(found) = found else {
             return Err(match keys {
                 // Same length (checked above), so `position` is an entry.
@@ -738,13 +737,7 @@ fn read_at(
     let mut hint = 0;
     for position in 0..dst.len() {
         let (name, target) = dst.entries_mut().at_named_mut(position);
-        let entries = batch.entries();
-        let found =
-            if hint < entries.len() && crate::entries::same_name(entries.at_named(hint).0, name) {
-                Some(hint)
-            } else {
-                entries.position(name).ok()
-            };
+        let found = batch.entries().position_near(name, hint);
         hint = found.map_or(hint, |i| i + 1);
         let Some(source) = found.map(|i| batch.entries().at(i)) else {
             return Err(TensorDictError::KeyNotFound {
