@@ -233,20 +233,27 @@ mod tests {
         td.tensor("observation").unwrap().to_vec::<i32>().unwrap()
     }
 
+    /// A CountingEnv of `max_steps` and its runner (deferring the root or
+    /// not), reset, with the action 1 in its input.
+    fn reset_runner(max_steps: i32, defer_root: bool) -> (CountingEnv, Runner) {
+        let mut env = CountingEnv::new(0, max_steps);
+        let mut runner = Runner::new(&env);
+        runner.defer_root = defer_root;
+        runner.run(&mut env, Op::Reset, false).unwrap();
+        runner
+            .input
+            .set("action", Tensor::from_vec(&[1], vec![1i64]).unwrap())
+            .unwrap();
+        (env, runner)
+    }
+
     /// With `defer_root`, a step-and-maybe-reset that resets nothing leaves
     /// `root` stale and says so; `sync_root` (or the next reset or step)
     /// brings it up to date; a step that ends the episode resets as ever.
     #[test]
     fn a_deferred_root_is_next_until_synced() {
-        let mut env = CountingEnv::new(0, 1);
-        let mut runner = Runner::new(&env);
-        runner.defer_root = true;
-        runner.run(&mut env, Op::Reset, false).unwrap();
+        let (mut env, mut runner) = reset_runner(1, true);
         assert!(!runner.root_is_next());
-        runner
-            .input
-            .set("action", Tensor::from_vec(&[1], vec![1i64]).unwrap())
-            .unwrap();
 
         runner.run(&mut env, Op::StepAndMaybeReset, true).unwrap();
         assert!(runner.root_is_next());
@@ -275,14 +282,7 @@ mod tests {
     /// that call's phase; the root stays marked stale.
     #[test]
     fn a_deferred_root_that_does_not_fit_is_an_error() {
-        let mut env = CountingEnv::new(0, 5);
-        let mut runner = Runner::new(&env);
-        runner.defer_root = true;
-        runner.run(&mut env, Op::Reset, false).unwrap();
-        runner
-            .input
-            .set("action", Tensor::from_vec(&[1], vec![1i64]).unwrap())
-            .unwrap();
+        let (mut env, mut runner) = reset_runner(5, true);
         runner.run(&mut env, Op::StepAndMaybeReset, true).unwrap();
         runner
             .next
@@ -299,13 +299,7 @@ mod tests {
     /// Without `defer_root` (the default), the root is always current.
     #[test]
     fn the_root_is_current_by_default() {
-        let mut env = CountingEnv::new(0, 5);
-        let mut runner = Runner::new(&env);
-        runner.run(&mut env, Op::Reset, false).unwrap();
-        runner
-            .input
-            .set("action", Tensor::from_vec(&[1], vec![1i64]).unwrap())
-            .unwrap();
+        let (mut env, mut runner) = reset_runner(5, false);
         runner.run(&mut env, Op::StepAndMaybeReset, true).unwrap();
         assert!(!runner.root_is_next());
         assert_eq!(observation(&runner.root), vec![1]);
