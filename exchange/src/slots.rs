@@ -355,6 +355,26 @@ fn set_slots(td: &mut TensorDict, slots: &[usize], rows: Option<usize>, batch: &
         .expect("the slot indices have the batch's shape");
 }
 
+/// Writes `field` of `schema` into `td` (its tensor at the field's key,
+/// looked up once) with `fill`, if `td` holds it with the field's dtype and
+/// shape; otherwise the schema error that says what is wrong with `td`.
+fn fill_field(
+    schema: &Schema,
+    field: &Field,
+    td: &mut TensorDict,
+    fill: impl FnOnce(&mut [u8]),
+) -> Result<(), SchemaError> {
+    match td.tensor_mut(field.key()) {
+        Ok(mut t) if t.dtype() == field.dtype() && t.shape() == field.shape() => {
+            fill(t.bytes_mut());
+            Ok(())
+        }
+        _ => Err(schema.check(td).err().unwrap_or(SchemaError::UnknownKeys {
+            keys: vec![field.key().clone()],
+        })),
+    }
+}
+
 /// The tensors of `td` at the fields of `schema` that it has, in field
 /// order.
 type Present<'a> = SmallVec<[&'a Tensor; 16]>;
@@ -979,26 +999,14 @@ impl Exchange {
             if mask & (1 << i) == 0 {
                 continue;
             }
-            match out.tensor_mut(field.key()) {
-                Ok(mut tensor)
-                    if tensor.dtype() == field.dtype() && tensor.shape() == field.shape() =>
-                {
-                    shared.load(
-                        shared.layout.field_offset(slot, Area::Input, i),
-                        tensor.bytes_mut(),
-                    );
-                }
-                _ => {
-                    let source = schema.check(out).err().unwrap_or(SchemaError::UnknownKeys {
-                        keys: vec![field.key().clone()],
-                    });
-                    return Err(ReadError::Schema {
-                        slot,
-                        area: Area::Input,
-                        source,
-                    });
-                }
-            }
+            fill_field(schema, field, out, |bytes| {
+                shared.load(shared.layout.field_offset(slot, Area::Input, i), bytes);
+            })
+            .map_err(|source| ReadError::Schema {
+                slot,
+                area: Area::Input,
+                source,
+            })?;
         }
         Ok(())
     }
@@ -1430,18 +1438,8 @@ impl Exchange {
                     if mask & (1 << i) == 0 {
                         continue;
                     }
-                    match td.tensor_mut(field.key()) {
-                        Ok(mut t) if t.dtype() == field.dtype() && t.shape() == field.shape() => {
-                            t.bytes_mut().copy_from_slice(part);
-                        }
-                        _ => {
-                            let source =
-                                schema.check(td).err().unwrap_or(SchemaError::UnknownKeys {
-                                    keys: vec![field.key().clone()],
-                                });
-                            return Err(ReadError::Schema { slot, area, source });
-                        }
-                    }
+                    fill_field(schema, field, td, |bytes| bytes.copy_from_slice(part))
+                        .map_err(|source| ReadError::Schema { slot, area, source })?;
                 }
             }
             Ok(Some(SlotRead {
