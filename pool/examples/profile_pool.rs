@@ -6,8 +6,8 @@
 //!
 //! Run: `cargo run --release -p pool --example profile_pool -- sync 64 1000`
 //! (`raw`, `sync`, `sync_samr`, `async`, `async_step`; env count;
-//! iterations; env name,
-//! default `CartPole-v1`). Prints the wall-clock time per env-step too.
+//! iterations; env name, default `CartPole-v1`; `LatencyEnv` spins 50 us a
+//! step). Prints the wall-clock time per env-step too.
 
 use std::time::Instant;
 
@@ -25,6 +25,8 @@ fn actions(n: usize) -> TensorDict {
 fn kwargs(name: &str) -> Kwargs {
     if name == "CountingEnv" {
         Kwargs::new().with("max_steps", i64::from(i32::MAX))
+    } else if name == "LatencyEnv" {
+        Kwargs::new().with("step_us", 50)
     } else {
         Kwargs::new()
     }

@@ -109,6 +109,15 @@ impl Dispatch {
         }
     }
 
+    /// Runs a chunk of queued envs in the calling thread (threads only);
+    /// returns whether it ran any.
+    pub(crate) fn help(&self) -> bool {
+        match self {
+            Dispatch::Threads(b) => b.help(),
+            Dispatch::Procs(_) => false,
+        }
+    }
+
     pub(crate) fn wake_receivers(&self) {
         match self {
             Dispatch::Threads(b) => b.wake_receivers(),

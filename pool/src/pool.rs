@@ -831,7 +831,17 @@ impl AsyncEnvPool {
                     min_get: recv.min_get,
                 });
             }
+            // Every env not idle is one whose result this receive must
+            // have (a synchronous step, or a receive of all in flight): it
+            // runs queued envs itself rather than wait for a worker, since
+            // it cannot return before they are done anyway (a chunk it runs
+            // delays nothing this receive could return earlier).
+            let may_help =
+                deadline.is_none() && recv.min_get == in_flight && book.busy == in_flight;
             drop(book);
+            if may_help && backend.help() {
+                continue;
+            }
             // At least this many more results must be published before the
             // batch can be complete.
             let needed = if enough {

@@ -401,3 +401,205 @@ fn an_env_that_breaks_its_layout_fails_alone_in_a_dense_step_and_maybe_reset() {
         assert!(pool.in_flight().is_empty());
     });
 }
+
+/// Where the envs of [`spy_pool`] ran, and a gate that holds env 0.
+#[derive(Default)]
+struct Spy {
+    /// The thread of every env step, in order.
+    stepped_on: std::sync::Mutex<Vec<std::thread::ThreadId>>,
+    /// While set, env 0's steps wait (at most 10 s).
+    hold: std::sync::atomic::AtomicBool,
+}
+
+impl Spy {
+    /// The env steps run by the calling thread since the last call.
+    fn steps_here(&self) -> usize {
+        let me = std::thread::current().id();
+        let mut stepped_on = self.stepped_on.lock().unwrap();
+        let here = stepped_on.iter().filter(|&&t| t == me).count();
+        stepped_on.clear();
+        here
+    }
+
+    fn hold(&self, hold: bool) {
+        self.hold.store(hold, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A CountingEnv that tells its [`Spy`] which thread steps it, and takes
+/// at least `step_time` a step.
+struct SpyEnv {
+    inner: CountingEnv,
+    index: usize,
+    step_time: std::time::Duration,
+    spy: std::sync::Arc<Spy>,
+}
+
+impl Env for SpyEnv {
+    fn specs(&self) -> &EnvSpecs {
+        self.inner.specs()
+    }
+    fn set_seed(&mut self, seed: u64) {
+        self.inner.set_seed(seed);
+    }
+    fn reset_into(
+        &mut self,
+        input: Option<&TensorDict>,
+        out: &mut TensorDict,
+    ) -> Result<(), EnvError> {
+        self.inner.reset_into(input, out)
+    }
+    fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
+        let spy = &self.spy;
+        spy.stepped_on
+            .lock()
+            .unwrap()
+            .push(std::thread::current().id());
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.index == 0
+            && spy.hold.load(std::sync::atomic::Ordering::SeqCst)
+            && std::time::Instant::now() < until
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        if !self.step_time.is_zero() {
+            std::thread::sleep(self.step_time);
+        }
+        self.inner.step_into(input, next)
+    }
+}
+
+/// A pool of 8 [`SpyEnv`]s on `backend`, reset, then stepped 20 times (so
+/// that it has seen how long they take).
+fn spy_pool(
+    spy: &std::sync::Arc<Spy>,
+    backend: Backend,
+    step_time: std::time::Duration,
+) -> AsyncEnvPool {
+    let mut builder = AsyncEnvPool::builder().backend(backend);
+    for index in 0..8 {
+        let spy = std::sync::Arc::clone(spy);
+        builder = builder.env(move || {
+            Ok(Box::new(SpyEnv {
+                inner: CountingEnv::new(0, 1000),
+                index,
+                step_time,
+                spy,
+            }) as Box<dyn Env>)
+        });
+    }
+    let pool = builder.build().unwrap();
+    pool.reset(None).unwrap();
+    for _ in 0..20 {
+        pool.step(common::actions(&[1; 8])).unwrap();
+    }
+    pool
+}
+
+/// Releases the spy's hold on env 0 after `after`, from another thread.
+fn release_later(
+    spy: &std::sync::Arc<Spy>,
+    after: std::time::Duration,
+) -> std::thread::JoinHandle<()> {
+    let spy = std::sync::Arc::clone(spy);
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        spy.hold(false);
+    })
+}
+
+/// A receive that must wait for every env in flight (a synchronous step)
+/// runs queued envs itself while the workers are busy, when envs are quick:
+/// with one worker thread stuck in env 0 (or still waking up), the calling
+/// thread runs envs of the step.
+#[test]
+fn a_synchronous_step_runs_queued_quick_envs_in_the_calling_thread() {
+    watchdog(|| {
+        let spy = std::sync::Arc::new(Spy::default());
+        let pool = spy_pool(&spy, common::threads(1), std::time::Duration::ZERO);
+        // A few tries: on a loaded machine a preempted chunk can make the
+        // envs look slow for a while.
+        let mut here = 0;
+        for _ in 0..5 {
+            for _ in 0..20 {
+                pool.step(common::actions(&[1; 8])).unwrap();
+            }
+            spy.steps_here();
+            spy.hold(true);
+            let release = release_later(&spy, std::time::Duration::from_millis(200));
+            let step = pool.step(common::actions(&[1; 8])).unwrap();
+            release.join().unwrap();
+            assert_eq!(common::env_index(&step), (0..8).collect::<Vec<_>>());
+            here = spy.steps_here();
+            if here > 0 {
+                break;
+            }
+        }
+        assert!(here >= 1, "{here} of 8 env steps ran in the calling thread");
+    });
+}
+
+/// A receiver runs no env when it could return before all are done, when
+/// envs are slow, or when the worker threads are pinned: a receive with a
+/// deadline (it times out, though envs are queued), a receive of fewer
+/// results than are in flight, a synchronous step of envs that take 20 us
+/// each, and one of a pinned pool.
+#[test]
+fn receivers_that_may_not_wait_for_every_env_run_none() {
+    watchdog(|| {
+        let spy = std::sync::Arc::new(Spy::default());
+        let pool = spy_pool(&spy, common::threads(1), std::time::Duration::ZERO);
+        spy.steps_here();
+        // A deadline: the worker is stuck in env 0, the others are queued.
+        spy.hold(true);
+        pool.async_step_send(common::actions(&[1; 8]), Target::All)
+            .unwrap();
+        let err = pool
+            .async_step_recv(pool::Recv::all(8).timeout(std::time::Duration::from_millis(200)))
+            .unwrap_err();
+        assert!(matches!(err, PoolError::Timeout { .. }), "{err}");
+        assert_eq!(spy.steps_here(), 0);
+        spy.hold(false);
+        // (A receive of all in flight may help.)
+        pool.async_step_recv(pool::Recv::all(8)).unwrap();
+        spy.steps_here();
+        // Fewer results than in flight, no deadline.
+        spy.hold(true);
+        pool.async_step_send(common::actions(&[1; 8]), Target::All)
+            .unwrap();
+        let release = release_later(&spy, std::time::Duration::from_millis(200));
+        let first = pool.async_step_recv(pool::Recv::new().min_get(1)).unwrap();
+        release.join().unwrap();
+        assert_eq!(spy.steps_here(), 0);
+        // (A receive of all that are left may help.)
+        let rest = 8 - common::env_index(&first).len();
+        if rest > 0 {
+            pool.async_step_recv(pool::Recv::all(rest)).unwrap();
+        }
+        spy.steps_here();
+        // Slow envs (their 20 steps in `spy_pool` too).
+        let slow = spy_pool(
+            &spy,
+            common::threads(1),
+            std::time::Duration::from_micros(20),
+        );
+        slow.step(common::actions(&[1; 8])).unwrap();
+        assert_eq!(spy.steps_here(), 0);
+        // Pinned worker threads.
+        let first_cpu = pool::available_cpus().unwrap()[0];
+        let pinned = spy_pool(
+            &spy,
+            Backend::Threading {
+                threads: std::num::NonZeroUsize::new(1),
+                affinity: Some(Affinity::per_worker([[first_cpu]])),
+            },
+            std::time::Duration::ZERO,
+        );
+        spy.steps_here();
+        spy.hold(true);
+        let release = release_later(&spy, std::time::Duration::from_millis(200));
+        pinned.step(common::actions(&[1; 8])).unwrap();
+        release.join().unwrap();
+        assert_eq!(spy.steps_here(), 0);
+    });
+}
