@@ -578,6 +578,15 @@ pub enum ReadError {
         /// The clock now (odd while a write is under way).
         now: u64,
     },
+    /// Columns to read results into that do not fit the area's fields
+    /// (see `Exchange::columns` and `Exchange::read_rows`).
+    #[error("{area} area: cannot read into these columns: {reason}")]
+    Columns {
+        /// The area.
+        area: Area,
+        /// What does not fit.
+        reason: String,
+    },
     /// A tensordict to read an input into that does not have the input
     /// schema's keys, dtypes and shapes (build it with `Schema::zeros`).
     #[error("slot {slot}, {area} area: cannot read into this tensordict: {source}")]

@@ -70,6 +70,8 @@ pub use crate::layout::{
 pub use crate::region::{Region, RegionError};
 pub use crate::schema::{Field, Schema};
 #[cfg(not(loom))]
-pub use crate::slots::{Exchange, Receive, Received, SlotRead, SlotView, FIRST_COMMAND, SLOT_KEY};
+pub use crate::slots::{
+    Columns, Exchange, Receive, Received, SlotRead, SlotView, FIRST_COMMAND, SLOT_KEY,
+};
 #[cfg(not(loom))]
 pub use crate::stats::ExchangeStats;

@@ -100,9 +100,36 @@ pub struct SlotRead {
     pub next_mask: u64,
 }
 
+/// One part of a buffer per field of a schema (on the stack up to 16
+/// fields: a receive cuts a slot's areas this way for every result).
+type Parts<'a> = SmallVec<[&'a mut [u8]; 16]>;
+
+/// The columns of a batch laid out as an area's fields (one tensor per
+/// field, rows stacked; see [`Exchange::zeros_rows`]), borrowed to read
+/// many slots' results into their rows with [`Exchange::read_rows`]:
+/// resolved once for all of them, not once per result.
+#[derive(Debug)]
+pub struct Columns<'a> {
+    area: Area,
+    rows: usize,
+    parts: Parts<'a>,
+}
+
+impl Columns<'_> {
+    /// The area whose fields these are.
+    pub fn area(&self) -> Area {
+        self.area
+    }
+
+    /// The number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+}
+
 /// `bytes` cut into one part per field of `schema`, in order.
-fn split_fields<'a>(schema: &Schema, mut bytes: &'a mut [u8]) -> Vec<&'a mut [u8]> {
-    let mut parts = Vec::with_capacity(schema.len());
+fn split_fields<'a>(schema: &Schema, mut bytes: &'a mut [u8]) -> Parts<'a> {
+    let mut parts = Parts::with_capacity(schema.len());
     for field in schema.fields() {
         let (part, rest) = std::mem::take(&mut bytes).split_at_mut(field.nbytes());
         parts.push(part);
@@ -1449,6 +1476,127 @@ impl Exchange {
                 next_mask: snap.next_mask,
             }))
         })
+    }
+
+    /// A batch of `rows` rows of `area`'s fields, zeros: every field of the
+    /// schema as a tensor of shape `[rows, ..]` (sub-dicts as the schema
+    /// has them), for [`Exchange::columns`] and [`Exchange::read_rows`].
+    pub fn zeros_rows(&self, area: Area, rows: usize) -> TensorDict {
+        let schema = self.shared.layout.schema(area);
+        assemble(
+            schema,
+            Some(rows),
+            columns(schema, Some(rows)),
+            all_fields(schema.len()),
+        )
+    }
+
+    /// The columns of `batch`, a batch made by [`Exchange::zeros_rows`] for
+    /// `area` (its tensors in the schema's field order), to read results
+    /// into: each tensor made writable once (copied first if someone else
+    /// holds it). An error if `batch` does not have one tensor per field
+    /// with the field's dtype and `rows` rows of its shape.
+    pub fn columns<'a>(
+        &self,
+        area: Area,
+        batch: &'a mut TensorDict,
+    ) -> Result<Columns<'a>, ReadError> {
+        let schema = self.shared.layout.schema(area);
+        let rows = batch.batch_size().first().copied().unwrap_or(0);
+        let tensors = batch.tensors_mut();
+        if tensors.len() != schema.len() {
+            return Err(ReadError::Columns {
+                area,
+                reason: format!(
+                    "{} tensors for the {} fields of the schema",
+                    tensors.len(),
+                    schema.len()
+                ),
+            });
+        }
+        let mut parts = Parts::with_capacity(tensors.len());
+        for (field, tensor) in schema.fields().iter().zip(tensors) {
+            if tensor.dtype() != field.dtype()
+                || tensor.shape().first() != Some(&rows)
+                || tensor.shape()[1..] != *field.shape()
+            {
+                return Err(ReadError::Columns {
+                    area,
+                    reason: format!(
+                        "key {}: a {} tensor of shape {:?}, not {rows} rows of {} {:?}",
+                        field.key(),
+                        tensor.dtype(),
+                        tensor.shape(),
+                        field.dtype(),
+                        field.shape()
+                    ),
+                });
+            }
+            parts.push(tensor.bytes_mut());
+        }
+        Ok(Columns { area, rows, parts })
+    }
+
+    /// Whether `slot` holds a result published after clock `after` (or is
+    /// being written): a cheap look before [`Exchange::read_rows`].
+    ///
+    /// # Panics
+    /// If `slot` is not below [`Exchange::slots`].
+    pub fn published_after(&self, slot: usize, after: u64) -> bool {
+        // Relaxed: a hint; the read that follows validates what it reads.
+        self.shared.clock(slot).load(Ordering::Relaxed) > after
+    }
+
+    /// Reads the result published in `slot` after clock `after` (`Ok(None)`
+    /// if there is none yet) into row `row` of `result` and `next` (columns
+    /// of the result and next areas): the fields the worker published,
+    /// copied under the slot's clock; the others keep their values. No
+    /// scratch copy: while the slot is mid-write (`ReadError::Busy`), the
+    /// row may be left half-written, to be read again.
+    pub fn read_rows(
+        &self,
+        slot: usize,
+        after: u64,
+        row: usize,
+        result: &mut Columns<'_>,
+        next: &mut Columns<'_>,
+    ) -> Result<Option<SlotRead>, ReadError> {
+        self.check_read_slot(slot)?;
+        for (given, rows, area) in [
+            (result.area, result.rows, Area::Result),
+            (next.area, next.rows, Area::Next),
+        ] {
+            if given != area {
+                return Err(ReadError::Columns {
+                    area,
+                    reason: format!("given the columns of the {given} area"),
+                });
+            }
+            if row >= rows {
+                return Err(ReadError::Columns {
+                    area,
+                    reason: format!("row {row} of {rows} rows"),
+                });
+            }
+        }
+        let shared = &*self.shared;
+        match seqlock::read_begin(shared.clock(slot)) {
+            Some(clock) if clock > after => {}
+            Some(_) => return Ok(None),
+            None => return Err(ReadError::Busy { slot }),
+        }
+        let snap = shared
+            .read_slot(slot, row, &mut result.parts, &mut next.parts, READ_RETRIES)
+            .map_err(|_| ReadError::Busy { slot })?;
+        if snap.clock <= after {
+            return Ok(None);
+        }
+        Ok(Some(SlotRead {
+            clock: snap.clock,
+            published_ns: snap.published_ns,
+            result_mask: snap.result_mask,
+            next_mask: snap.next_mask,
+        }))
     }
 
     /// Records a batch taken with [`Exchange::read_into`] in the statistics:

@@ -1024,6 +1024,107 @@ fn read_into_copies_newer_results_into_the_callers_buffers() {
     assert_eq!(stats.partial_batch_fraction, 1.0);
 }
 
+/// `read_rows` reads a newer result straight into its row of batch
+/// columns (made by `zeros_rows`, resolved once by `columns`): the other
+/// rows and the fields not published keep their values; nothing newer is
+/// `None`; columns of the wrong area, a row past the last, a batch that is
+/// not laid out as the area, and a slot out of range are errors naming
+/// what is wrong.
+#[test]
+fn read_rows_copies_results_into_their_rows_of_a_batch() {
+    let (parent, worker) = pair(action_schema(), cartpole_schema(), cartpole_schema(), 3);
+    let mut results = parent.zeros_rows(Area::Result, 3);
+    let mut nexts = parent.zeros_rows(Area::Next, 3);
+    assert_eq!(results.batch_size(), &[3]);
+    let rows = |records: &[TensorDict]| TensorDict::stack(records).unwrap();
+    let zero = cartpole_schema().zeros();
+    let mut other_nexts = parent.zeros_rows(Area::Next, 3);
+    let mut clocks = [0u64; 3];
+    {
+        let mut result = parent.columns(Area::Result, &mut results).unwrap();
+        let mut next = parent.columns(Area::Next, &mut nexts).unwrap();
+        assert_eq!((result.area(), result.rows()), (Area::Result, 3));
+        assert_eq!(
+            parent.read_rows(2, 0, 2, &mut result, &mut next).unwrap(),
+            None
+        );
+        assert!(!parent.published_after(2, 0));
+        worker
+            .publish_quiet(2, &cartpole_record(2, 7), Some(&cartpole_record(2, 8)))
+            .unwrap();
+        worker.publish(0, &cartpole_record(0, 1)).unwrap();
+        for slot in [2, 0] {
+            assert!(parent.published_after(slot, 0));
+            let read = parent
+                .read_rows(slot, 0, slot, &mut result, &mut next)
+                .unwrap()
+                .expect("a newer result");
+            clocks[slot] = read.clock;
+        }
+        assert_eq!(
+            parent
+                .read_rows(2, clocks[2], 2, &mut result, &mut next)
+                .unwrap(),
+            None
+        );
+        // Errors.
+        let err = parent
+            .read_rows(
+                1,
+                0,
+                1,
+                &mut next_as_result(&parent, &mut other_nexts),
+                &mut next,
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "result area: cannot read into these columns: given the columns of the next area"
+        );
+        let err = parent
+            .read_rows(1, 0, 3, &mut result, &mut next)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "result area: cannot read into these columns: row 3 of 3 rows"
+        );
+        let err = parent
+            .read_rows(7, 0, 0, &mut result, &mut next)
+            .unwrap_err();
+        assert!(
+            matches!(err, ReadError::SlotOutOfRange { slot: 7, slots: 3 }),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        results,
+        rows(&[cartpole_record(0, 1), zero.clone(), cartpole_record(2, 7)])
+    );
+    // Slot 0 published no next: its row keeps its zeros.
+    assert_eq!(
+        nexts,
+        rows(&[zero.clone(), zero.clone(), cartpole_record(2, 8)])
+    );
+    // A batch that is not laid out as the area.
+    let mut wrong = parent.zeros_rows(Area::Input, 3);
+    let err = parent.columns(Area::Result, &mut wrong).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "result area: cannot read into these columns: 1 tensors for the 5 fields of the schema"
+    );
+    let mut wrong = cartpole_schema().zeros();
+    let err = parent.columns(Area::Result, &mut wrong).unwrap_err();
+    assert!(
+        matches!(&err, ReadError::Columns { area: Area::Result, reason } if reason.starts_with("key \"done\": a bool tensor of shape [1], not 0 rows")),
+        "{err}"
+    );
+}
+
+/// The columns of the next area (to pass where the result area's go).
+fn next_as_result<'a>(parent: &Exchange, nexts: &'a mut TensorDict) -> exchange::Columns<'a> {
+    parent.columns(Area::Next, nexts).unwrap()
+}
+
 /// Commands taken by several threads racing: each exactly once; a quiet
 /// publication rings nobody until `ring`; `pending_command` peeks.
 #[test]

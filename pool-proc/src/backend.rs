@@ -33,6 +33,7 @@ use crate::spawn;
 use crate::wire::{write_frame, EnvEntry, FrameReader, FromWorker, ToWorker};
 use crate::worker::command_word;
 use crate::{ExchangeMode, ProcError, ProcOptions};
+use smallvec::SmallVec;
 
 /// How long a receiver of the shm exchange spins (yielding) on the bell
 /// before it sleeps: results of a batch come within tens of microseconds,
@@ -100,8 +101,43 @@ struct Worker {
     death: Mutex<Option<String>>,
 }
 
+/// In [`ShmRows::stale`]: the env's cell lacks its latest result (which is
+/// in its rows).
+const CELL_STALE: u8 = 1;
+
+/// With [`ProcOptions::batch_rows`] and the shm exchange: every env's
+/// latest result in its row of two batches of all envs, read there straight
+/// out of its slot (its cell is filled from the rows only when read one by
+/// one). Locked before any cell, never after one.
+struct ShmRows {
+    /// `[num_envs, ..]`: the step results (the slots' result area).
+    next: TensorDict,
+    /// `[num_envs, ..]`: the reset results and next roots (next area).
+    root: TensorDict,
+    /// Per env: `CELL_STALE` or 0.
+    stale: Vec<u8>,
+    /// The batches last gathered for a receive of some envs, reused by the
+    /// next gather of as many (see `TensorDict::gather_rows_reusing`).
+    gathered: [Option<TensorDict>; 2],
+}
+
+impl ShmRows {
+    /// Fills env `env`'s cell from its rows if they are newer.
+    fn sync_cell(&mut self, env: usize, cell: &mut Cell) {
+        if self.stale[env] & CELL_STALE == 0 {
+            return;
+        }
+        self.stale[env] = 0;
+        // Cannot fail: the rows and the cells have the slots' layouts.
+        let _ = self.next.read_row(env, &mut cell.next);
+        let _ = self.root.read_row(env, &mut cell.root);
+    }
+}
+
 struct Shared {
     slots: Vec<Slot>,
+    /// Shm with batch rows: see [`ShmRows`].
+    rows: Option<Mutex<ShmRows>>,
     workers: Vec<Worker>,
     /// Each env's worker.
     worker_of: Vec<usize>,
@@ -449,7 +485,30 @@ impl ProcBackend {
             Some((exchange, bells)) => (Some(exchange), Some(bells)),
             None => (None, None),
         };
+        let rows = match &shm {
+            Some(exchange) if options.batch_rows => {
+                let mut rows = ShmRows {
+                    next: exchange.zeros_rows(exchange::Area::Result, n),
+                    root: exchange.zeros_rows(exchange::Area::Next, n),
+                    stale: vec![0; n],
+                    gathered: [None, None],
+                };
+                // The rows start as the cells do (their keys not published
+                // keep these values).
+                let cells: Vec<MutexGuard<'_, Cell>> = slots.iter().map(Slot::lock).collect();
+                let nexts: Vec<&TensorDict> = cells.iter().map(|c| &c.next).collect();
+                let roots: Vec<&TensorDict> = cells.iter().map(|c| &c.root).collect();
+                let filled = rows
+                    .next
+                    .write_rows(&nexts)
+                    .and(rows.root.write_rows(&roots));
+                drop(cells);
+                filled.is_ok().then(|| Mutex::new(rows))
+            }
+            _ => None,
+        };
         let shared = Arc::new(Shared {
+            rows,
             slots,
             workers: worker_states,
             worker_of,
@@ -715,8 +774,59 @@ impl ProcBackend {
         // Acquire: pairs with the Release of DONE / FAILED.
         match slot.phase.load(Ordering::Acquire) {
             DONE | FAILED => true,
+            QUEUED if self.shared.rows.is_some() => {
+                let mut ready = Vec::new();
+                self.ready_among(std::iter::once(env), &mut ready);
+                !ready.is_empty()
+            }
             QUEUED if self.shared.shm.is_some() => self.shared.poll_slot(env),
             _ => false,
+        }
+    }
+
+    /// Appends to `ready` those of `envs` whose result (or failure) is
+    /// ready to be taken, as [`ProcBackend::is_done`] for each; with batch
+    /// rows, the results newly published are read into their rows in one
+    /// pass (the batches' columns made writable once for all of them).
+    pub fn ready_among(&self, envs: impl Iterator<Item = usize>, ready: &mut Vec<usize>) {
+        let (Some(rows), Some(shm)) = (&self.shared.rows, &self.shared.shm) else {
+            ready.extend(envs.filter(|&env| self.is_done(env)));
+            return;
+        };
+        let start = ready.len();
+        // A cheap look at each slot first: most polls find nothing new.
+        let mut fresh: SmallVec<[usize; 64]> = SmallVec::new();
+        for env in envs {
+            let slot = &self.shared.slots[env];
+            // Acquire: pairs with the Release of DONE / FAILED.
+            match slot.phase.load(Ordering::Acquire) {
+                DONE | FAILED => ready.push(env),
+                QUEUED if shm.published_after(env, slot.lock().taken) => fresh.push(env),
+                _ => {}
+            }
+        }
+        if !fresh.is_empty() {
+            let mut rows = lock_rows(rows);
+            let ShmRows {
+                next, root, stale, ..
+            } = &mut *rows;
+            match (
+                shm.columns(exchange::Area::Result, next),
+                shm.columns(exchange::Area::Next, root),
+            ) {
+                (Ok(mut result), Ok(mut next)) => {
+                    for env in fresh {
+                        if self.shared.poll_into_rows(env, shm, &mut result, &mut next) {
+                            stale[env] = CELL_STALE;
+                            ready.push(env);
+                        }
+                    }
+                }
+                // Cannot happen (the rows are made from the slots'
+                // schemas): read into the cells instead.
+                _ => ready.extend(fresh.into_iter().filter(|&env| self.shared.poll_slot(env))),
+            }
+            ready[start..].sort_unstable();
         }
     }
 
@@ -762,7 +872,12 @@ impl ProcBackend {
         env: usize,
         read: impl FnOnce(EnvOutput<'_>) -> R,
     ) -> Result<R, ProcError> {
-        let cell = self.shared.slots[env].lock();
+        let mut rows = self.shared.rows.as_ref().map(lock_rows);
+        let mut cell = self.shared.slots[env].lock();
+        if let Some(rows) = rows.as_mut() {
+            rows.sync_cell(env, &mut cell);
+        }
+        drop(rows);
         if let Some(err) = &cell.error {
             return Err(err.clone());
         }
@@ -779,10 +894,18 @@ impl ProcBackend {
         envs: &[usize],
         read: impl FnOnce(&[EnvOutput<'_>]) -> R,
     ) -> Result<R, ProcError> {
+        let mut rows = self.shared.rows.as_ref().map(lock_rows);
         let cells: Vec<MutexGuard<'_, Cell>> = envs
             .iter()
-            .map(|&env| self.shared.slots[env].lock())
+            .map(|&env| {
+                let mut cell = self.shared.slots[env].lock();
+                if let Some(rows) = rows.as_mut() {
+                    rows.sync_cell(env, &mut cell);
+                }
+                cell
+            })
             .collect();
+        drop(rows);
         if let Some(err) = cells.iter().find_map(|c| c.error.clone()) {
             return Err(err);
         }
@@ -795,6 +918,45 @@ impl ProcBackend {
             })
             .collect();
         Ok(read(&outputs))
+    }
+
+    /// The results of `op` of `envs` (done, none failed, distinct,
+    /// ascending) as batches, from the batch rows that
+    /// [`ProcOptions::batch_rows`] fills with the shm exchange: the
+    /// `"next"` batch (for a step) and the root batch (for a reset or
+    /// step-and-maybe-reset). For all envs in order these are the rows
+    /// themselves (shared: the next results are written into a copy if the
+    /// caller still holds them); otherwise their rows gathered into batches
+    /// of their own. `None` without batch rows.
+    pub fn gather(
+        &self,
+        op: Op,
+        envs: &[usize],
+    ) -> Option<(Option<TensorDict>, Option<TensorDict>)> {
+        let mut rows = lock_rows(self.shared.rows.as_ref()?);
+        let ShmRows {
+            next,
+            root,
+            gathered: [next_cache, root_cache],
+            ..
+        } = &mut *rows;
+        let all = envs.len() == self.num_envs() && envs.iter().enumerate().all(|(i, &e)| i == e);
+        let pick = |td: &TensorDict, cache: &mut Option<TensorDict>| {
+            if all {
+                Some(td.clone())
+            } else {
+                td.gather_rows_reusing(envs, cache).ok()
+            }
+        };
+        let next = match op {
+            Op::Reset => None,
+            Op::Step | Op::StepAndMaybeReset => Some(pick(next, next_cache)?),
+        };
+        let root = match op {
+            Op::Step => None,
+            Op::Reset | Op::StepAndMaybeReset => Some(pick(root, root_cache)?),
+        };
+        Some((next, root))
     }
 
     /// Marks env `env`'s result taken: a send may address it again.
@@ -893,6 +1055,37 @@ impl Shared {
     /// cell; whether the env is done (or failed) now.
     fn poll_slot(&self, env: usize) -> bool {
         let Some(shm) = &self.shm else { return false };
+        self.poll_with(env, |cell| {
+            let Cell {
+                next, root, taken, ..
+            } = cell;
+            shm.read_into(env, *taken, next, root)
+        })
+    }
+
+    /// Shm with batch rows: reads a result newly published in env `env`'s
+    /// slot into its row of `result` and `next` (columns of the rows);
+    /// whether the env is done (or failed) now.
+    fn poll_into_rows(
+        &self,
+        env: usize,
+        shm: &Exchange,
+        result: &mut exchange::Columns<'_>,
+        next: &mut exchange::Columns<'_>,
+    ) -> bool {
+        self.poll_with(env, |cell| {
+            shm.read_rows(env, cell.taken, env, result, next)
+        })
+    }
+
+    /// Shm: reads a result newly published in env `env`'s slot with `read`
+    /// (given its cell, whose clock says what was read last); whether the
+    /// env is done (or failed) now.
+    fn poll_with(
+        &self,
+        env: usize,
+        read: impl FnOnce(&mut Cell) -> Result<Option<exchange::SlotRead>, ReadError>,
+    ) -> bool {
         let slot = &self.slots[env];
         let mut cell = slot.lock();
         match slot.phase.load(Ordering::Acquire) {
@@ -900,10 +1093,7 @@ impl Shared {
             DONE | FAILED => return true,
             _ => return false,
         }
-        let Cell {
-            next, root, taken, ..
-        } = &mut *cell;
-        match shm.read_into(env, *taken, next, root) {
+        match read(&mut cell) {
             Ok(Some(read)) => {
                 cell.taken = read.clock;
                 // Relaxed: read after the Acquire of DONE.
@@ -1101,6 +1291,12 @@ fn start_error(s: &mut Starting, w: usize, what: String) -> ProcError {
         envs: s.envs.clone().collect(),
         reason,
     }
+}
+
+fn lock_rows(rows: &Mutex<ShmRows>) -> MutexGuard<'_, ShmRows> {
+    // The rows are written only between a successful read's checks and
+    // its end; recover from any other cause.
+    rows.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn unexpected(w: usize, msg: &FromWorker) -> ProcError {

@@ -68,6 +68,14 @@ pub struct ProcOptions {
     /// How long shutdown waits for a worker to exit before killing it
     /// (default 2 s).
     pub shutdown_timeout: Duration,
+    /// With the shm exchange, results are read out of the slots straight
+    /// into each env's row of two batches of all envs (EnvPool's state
+    /// buffer, as `pool_thread::ThreadOptions::batch_rows`), so that a
+    /// receive of many results copies nothing more (see
+    /// [`crate::ProcBackend::gather`]); an env's own result buffers are
+    /// filled from its rows only when read one by one. What a dense stack
+    /// wants: the pool sets it. Default off.
+    pub batch_rows: bool,
 }
 
 impl Default for ProcOptions {
@@ -82,6 +90,7 @@ impl Default for ProcOptions {
             quiet: false,
             start_timeout: Duration::from_secs(60),
             shutdown_timeout: Duration::from_secs(2),
+            batch_rows: false,
         }
     }
 }

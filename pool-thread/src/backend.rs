@@ -806,20 +806,7 @@ impl ThreadBackend {
             if all {
                 return Some(td.clone());
             }
-            match cache {
-                Some(out) if out.batch_size().first() == Some(&envs.len()) => {
-                    if td.gather_rows_into(envs, out).is_err() {
-                        *cache = None;
-                        return None;
-                    }
-                    Some(out.clone())
-                }
-                _ => {
-                    let out = td.gather_rows(envs).ok()?;
-                    *cache = Some(out.clone());
-                    Some(out)
-                }
-            }
+            td.gather_rows_reusing(envs, cache).ok()
         };
         let [next_cache, root_cache] = &mut batch.gathered;
         let next = if want & NEXT_ROW != 0 {
@@ -1062,6 +1049,120 @@ fn run_cell(env: usize, cell: &mut Cell) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use envs::CountingEnv;
+    use std::sync::atomic::AtomicBool;
+    use std::thread::ThreadId;
+
+    /// A CountingEnv whose steps (env 0's) wait while `hold` is set, and
+    /// that records the threads that step it.
+    struct Held {
+        inner: CountingEnv,
+        index: usize,
+        hold: Arc<AtomicBool>,
+        ran_on: Arc<Mutex<Vec<ThreadId>>>,
+    }
+
+    impl Env for Held {
+        fn specs(&self) -> &EnvSpecs {
+            self.inner.specs()
+        }
+        fn set_seed(&mut self, seed: u64) {
+            self.inner.set_seed(seed);
+        }
+        fn reset_into(
+            &mut self,
+            input: Option<&TensorDict>,
+            out: &mut TensorDict,
+        ) -> Result<(), EnvError> {
+            self.inner.reset_into(input, out)
+        }
+        fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
+            lock(&self.ran_on).push(std::thread::current().id());
+            let until = Instant::now() + Duration::from_secs(10);
+            while self.index == 0 && self.hold.load(Ordering::SeqCst) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            self.inner.step_into(input, next)
+        }
+    }
+
+    /// Waits (at most 10 s) until every one of `envs` is done, and
+    /// releases them.
+    fn collect(backend: &ThreadBackend, envs: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(0..envs).all(|env| backend.is_done(env)) {
+            assert!(Instant::now() < deadline, "the envs did not finish");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for env in 0..envs {
+            backend.release(env);
+        }
+    }
+
+    /// A waiting receiver's help (`ThreadBackend::help`): none while env
+    /// steps look slow (the starting estimate), none with pinned workers;
+    /// with quick steps, it runs queued envs in the calling thread while the
+    /// only worker is stuck in env 0.
+    #[test]
+    fn a_receiver_helps_only_while_envs_are_quick_and_workers_are_not_pinned() {
+        let hold = Arc::new(AtomicBool::new(true));
+        let ran_on = Arc::new(Mutex::new(Vec::new()));
+        let start = |affinity: Option<Affinity>| {
+            let factories: Vec<EnvFactory> = (0..4)
+                .map(|index| {
+                    let (hold, ran_on) = (Arc::clone(&hold), Arc::clone(&ran_on));
+                    Box::new(move || {
+                        Ok(Box::new(Held {
+                            inner: CountingEnv::new(0, 100),
+                            index,
+                            hold,
+                            ran_on,
+                        }) as Box<dyn Env>)
+                    }) as EnvFactory
+                })
+                .collect();
+            let options = ThreadOptions {
+                threads: NonZeroUsize::new(1),
+                affinity,
+                ..ThreadOptions::default()
+            };
+            let backend = ThreadBackend::start(factories, &options).unwrap();
+            let all: Vec<(usize, Option<usize>)> = (0..4).map(|env| (env, None)).collect();
+            backend.send(Op::Reset, &all, None).unwrap();
+            collect(&backend, 4);
+            backend
+        };
+        let mut actions = TensorDict::new(&[4]);
+        actions
+            .set("action", tensordict::Tensor::full(&[4, 1], 1i64))
+            .unwrap();
+        let rows: Vec<(usize, Option<usize>)> = (0..4).map(|env| (env, Some(env))).collect();
+        let me = std::thread::current().id();
+        for pinned in [false, true] {
+            let affinity = pinned.then(|| {
+                let cpu = affinity::available_cpus().unwrap()[0];
+                Affinity::per_worker([[cpu]])
+            });
+            let backend = start(affinity);
+            hold.store(true, Ordering::SeqCst);
+            lock(&ran_on).clear();
+            backend.send(Op::Step, &rows, Some(&actions)).unwrap();
+            // The worker is stuck in env 0 (with env 1 in its chunk); envs
+            // 2 and 3 wait in the queue.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while lock(&ran_on).is_empty() {
+                assert!(Instant::now() < deadline, "the worker did not start");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(!backend.help(), "helped with slow-looking envs");
+            backend.shared.env_nanos.store(0, Ordering::Relaxed);
+            assert_eq!(backend.help(), !pinned);
+            let here = lock(&ran_on).iter().filter(|&&t| t == me).count();
+            assert_eq!(here > 0, !pinned, "{here} env steps ran here");
+            hold.store(false, Ordering::SeqCst);
+            collect(&backend, 4);
+        }
+    }
 
     /// A worker thread that cannot pin itself reports the kernel's refusal,
     /// naming the worker, and does not go on (`start` then stops the

@@ -144,7 +144,7 @@ impl Dispatch {
     pub(crate) fn ready_among(&self, envs: impl Iterator<Item = usize>, ready: &mut Vec<usize>) {
         match self {
             Dispatch::Threads(b) => ready.extend(envs.filter(|&env| b.is_done(env))),
-            Dispatch::Procs(b) => ready.extend(envs.filter(|&env| b.is_done(env))),
+            Dispatch::Procs(b) => b.ready_among(envs, ready),
         }
     }
 
@@ -232,7 +232,7 @@ impl Dispatch {
     ) -> Option<(Option<TensorDict>, Option<TensorDict>)> {
         match self {
             Dispatch::Threads(b) => b.gather(op, envs),
-            Dispatch::Procs(_) => None,
+            Dispatch::Procs(b) => b.gather(op, envs),
         }
     }
 

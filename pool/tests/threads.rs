@@ -508,34 +508,25 @@ fn release_later(
     })
 }
 
-/// A receive that must wait for every env in flight (a synchronous step)
-/// runs queued envs itself while the workers are busy, when envs are quick:
-/// with one worker thread stuck in env 0 (or still waking up), the calling
-/// thread runs envs of the step.
+/// A synchronous step whose receive may run queued envs itself (when the
+/// pool has seen quick steps: in an optimized build) gives the same
+/// results as one that waits: with one worker thread stuck in env 0, every
+/// env's result, in order. (Who ran what depends on timing here; the
+/// backend's own test forces the estimate and checks that the calling
+/// thread ran envs.)
 #[test]
-fn a_synchronous_step_runs_queued_quick_envs_in_the_calling_thread() {
+fn a_synchronous_step_with_a_busy_worker_gives_every_result_in_order() {
     watchdog(|| {
         let spy = std::sync::Arc::new(Spy::default());
         let pool = spy_pool(&spy, common::threads(1), std::time::Duration::ZERO);
-        // A few tries: on a loaded machine a preempted chunk can make the
-        // envs look slow for a while.
-        let mut here = 0;
-        for _ in 0..5 {
-            for _ in 0..20 {
-                pool.step(common::actions(&[1; 8])).unwrap();
-            }
-            spy.steps_here();
-            spy.hold(true);
-            let release = release_later(&spy, std::time::Duration::from_millis(200));
-            let step = pool.step(common::actions(&[1; 8])).unwrap();
-            release.join().unwrap();
-            assert_eq!(common::env_index(&step), (0..8).collect::<Vec<_>>());
-            here = spy.steps_here();
-            if here > 0 {
-                break;
-            }
-        }
-        assert!(here >= 1, "{here} of 8 env steps ran in the calling thread");
+        spy.hold(true);
+        let release = release_later(&spy, std::time::Duration::from_millis(100));
+        let step = pool.step(common::actions(&[1; 8])).unwrap();
+        release.join().unwrap();
+        assert_eq!(common::env_index(&step), (0..8).collect::<Vec<_>>());
+        // 20 steps in `spy_pool`, then this one: every count is 21.
+        let obs = step.get_tensor(("next", "observation")).unwrap();
+        assert_eq!(obs.to_vec::<i32>().unwrap(), vec![21; 8]);
     });
 }
 

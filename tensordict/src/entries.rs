@@ -139,6 +139,11 @@ impl Entries {
         Entries(Vec::with_capacity(n))
     }
 
+    /// Entries in key order, mutably.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&Name, &mut Entry)> {
+        self.0.iter_mut().map(|(k, v)| (&*k, v))
+    }
+
     /// Entries in key order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&Name, &Entry)> {
         self.0.iter().map(|(k, v)| (k, v))

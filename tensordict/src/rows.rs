@@ -111,6 +111,30 @@ impl TensorDict {
         gather_at(self, rows, &NestedKey::default())
     }
 
+    /// Rows `rows` of this batch as a batch of their own, written into
+    /// `reuse` when it holds a batch of as many rows (the one this returned
+    /// the last time: in place once its other holders dropped it, copied on
+    /// write otherwise), else into a new one that `reuse` keeps: a caller
+    /// that gathers batches of one size allocates none in steady state. An
+    /// error if a row is out of range (`reuse` is then emptied).
+    pub fn gather_rows_reusing(
+        &self,
+        rows: &[usize],
+        reuse: &mut Option<TensorDict>,
+    ) -> Result<TensorDict, TensorDictError> {
+        if let Some(out) = reuse.as_mut() {
+            if out.batch_size().first() == Some(&rows.len())
+                && self.gather_rows_into(rows, out).is_ok()
+            {
+                return Ok(out.clone());
+            }
+        }
+        *reuse = None;
+        let out = self.gather_rows(rows)?;
+        *reuse = Some(out.clone());
+        Ok(out)
+    }
+
     /// Rows `rows` of this batch written into `out`, a batch of
     /// `rows.len()` rows with this batch's keys, dtypes and row shapes (as
     /// [`TensorDict::gather_rows`] made it): the same result, in `out`'s

@@ -433,6 +433,36 @@ impl TensorDict {
         }
     }
 
+    /// The tensors of this tensordict and of its sub-dicts, mutably, in the
+    /// order of [`TensorDict::items`]`(true, true)` (non-tensor leaves
+    /// left out): for a writer that fills many columns at once.
+    ///
+    /// ```
+    /// use tensordict::{DType, Tensor, TensorDict};
+    /// # fn main() -> Result<(), tensordict::TensorDictError> {
+    /// let mut td = TensorDict::new(&[]);
+    /// td.set("reward", Tensor::zeros(DType::F32, &[]))?;
+    /// td.set(("next", "done"), Tensor::zeros(DType::Bool, &[]))?;
+    /// let dtypes: Vec<DType> = td.tensors_mut().iter().map(|t| t.dtype()).collect();
+    /// assert_eq!(dtypes, [DType::Bool, DType::F32]); // "next" sorts first
+    /// # Ok(()) }
+    /// ```
+    pub fn tensors_mut(&mut self) -> Vec<&mut Tensor> {
+        let mut out = Vec::new();
+        self.collect_tensors_mut(&mut out);
+        out
+    }
+
+    fn collect_tensors_mut<'a>(&'a mut self, out: &mut Vec<&'a mut Tensor>) {
+        for (_, entry) in self.entries.iter_mut() {
+            match entry {
+                Entry::Dict(d) => d.collect_tensors_mut(out),
+                Entry::Tensor(t) => out.push(t),
+                Entry::NonTensor(_) => {}
+            }
+        }
+    }
+
     /// A tensordict with only `keys` (and the sub-dicts on their paths).
     /// With `strict`, a missing key is an error; otherwise it is skipped.
     pub fn select<K: KeyLike>(
