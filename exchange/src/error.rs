@@ -477,6 +477,13 @@ pub enum WriteError {
         /// What does not fit.
         source: SchemaError,
     },
+    /// A batch of inputs whose columns do not fit the input schema, or a
+    /// row past its last (see `Exchange::input_rows`).
+    #[error("input rows: {reason}")]
+    InputRows {
+        /// What does not fit.
+        reason: String,
+    },
     /// A command (or an input for it) while the previous command has not
     /// been taken by the worker.
     #[error("slot {slot}: command {pending} is still pending; the worker has not taken it yet")]

@@ -71,7 +71,7 @@ pub use crate::region::{Region, RegionError};
 pub use crate::schema::{Field, Schema};
 #[cfg(not(loom))]
 pub use crate::slots::{
-    Columns, Exchange, Receive, Received, SlotRead, SlotView, FIRST_COMMAND, SLOT_KEY,
+    Columns, Exchange, InputRows, Receive, Received, SlotRead, SlotView, FIRST_COMMAND, SLOT_KEY,
 };
 #[cfg(not(loom))]
 pub use crate::stats::ExchangeStats;

@@ -115,6 +115,32 @@ pub struct Columns<'a> {
     parts: Parts<'a>,
 }
 
+/// The input fields of a batch of inputs, resolved once to write its rows
+/// into many slots with [`Exchange::write_input_row`] (see
+/// [`Exchange::input_rows`]).
+#[derive(Debug)]
+pub struct InputRows<'a> {
+    rows: usize,
+    /// The number of fields of the input schema.
+    fields: usize,
+    /// Bit `i`: the batch has input field `i`.
+    mask: u64,
+    /// The columns of the fields present, in field order.
+    parts: SmallVec<[&'a [u8]; 16]>,
+}
+
+impl InputRows<'_> {
+    /// The number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Whether the batch has every field of the input schema.
+    pub fn is_complete(&self) -> bool {
+        self.mask == all_fields(self.fields)
+    }
+}
+
 impl Columns<'_> {
     /// The area whose fields these are.
     pub fn area(&self) -> Area {
@@ -953,6 +979,83 @@ impl Exchange {
             .word64(slot, slot_header::INPUT_KEYS_OFFSET)
             .store(mask, Ordering::Relaxed);
         self.write_fields(slot, Area::Input, mask, &present);
+        Ok(())
+    }
+
+    /// The input fields of `batch`, a batch of inputs of `[rows, ..]` (the
+    /// first dim of its batch size): at each key of the input schema it
+    /// has, a tensor of the field's dtype and `rows` rows of its shape; its
+    /// other keys are not looked at. Resolved once, to write row after row
+    /// into slots with [`Exchange::write_input_row`]. An error names the
+    /// first key whose dtype or shape differs.
+    pub fn input_rows<'a>(&self, batch: &'a TensorDict) -> Result<InputRows<'a>, WriteError> {
+        let schema = self.shared.layout.schema(Area::Input);
+        let rows = batch.batch_size().first().copied().unwrap_or(0);
+        let mut inputs = InputRows {
+            rows,
+            fields: schema.len(),
+            mask: 0,
+            parts: SmallVec::new(),
+        };
+        for (i, field) in schema.fields().iter().enumerate() {
+            let Some(Entry::Tensor(t)) = batch.get(field.key()) else {
+                continue;
+            };
+            if t.dtype() != field.dtype()
+                || t.shape().first() != Some(&rows)
+                || t.shape()[1..] != *field.shape()
+            {
+                return Err(WriteError::InputRows {
+                    reason: format!(
+                        "key {}: a {} tensor of shape {:?}, not {rows} rows of {} {:?}",
+                        field.key(),
+                        t.dtype(),
+                        t.shape(),
+                        field.dtype(),
+                        field.shape()
+                    ),
+                });
+            }
+            inputs.mask |= 1 << i;
+            inputs.parts.push(t.as_bytes());
+        }
+        Ok(inputs)
+    }
+
+    /// Writes row `row` of `inputs` into `slot`'s input area (parent side),
+    /// as [`Exchange::write_input`] writes one input: the fields the batch
+    /// has (the slot records which), before [`Exchange::post`]. An error for
+    /// a row past the last, a slot out of range, or a command still pending.
+    pub fn write_input_row(
+        &self,
+        slot: usize,
+        inputs: &InputRows<'_>,
+        row: usize,
+    ) -> Result<(), WriteError> {
+        self.check_write_slot(slot)?;
+        if row >= inputs.rows {
+            return Err(WriteError::InputRows {
+                reason: format!("row {row} of {} rows", inputs.rows),
+            });
+        }
+        if let Some(pending) = self.pending_command(slot) {
+            return Err(WriteError::CommandPending { slot, pending });
+        }
+        let shared = &*self.shared;
+        // Relaxed: published with the input by the Release exchange in
+        // `command::post`.
+        shared
+            .word64(slot, slot_header::INPUT_KEYS_OFFSET)
+            .store(inputs.mask, Ordering::Relaxed);
+        let fields = shared.layout.schema(Area::Input).fields();
+        let written = (0..fields.len()).filter(|&i| inputs.mask & (1 << i) != 0);
+        for (i, column) in written.zip(&inputs.parts) {
+            let n = fields[i].nbytes();
+            shared.store(
+                shared.layout.field_offset(slot, Area::Input, i),
+                &column[row * n..(row + 1) * n],
+            );
+        }
         Ok(())
     }
 

@@ -1155,3 +1155,55 @@ fn racing_takers_get_each_command_once_and_quiet_publications_ring_on_demand() {
     worker.ring();
     assert!(parent.wait_bell(ticket, Some(Instant::now() + Duration::from_secs(10))));
 }
+
+/// `input_rows` resolves a batch of inputs once (other keys ignored) and
+/// `write_input_row` writes one row of it into a slot, as `write_input`
+/// writes one input; a column of the wrong dtype, a row past the last and
+/// a pending command are errors.
+#[test]
+fn input_rows_write_one_row_of_a_batch_into_a_slot() {
+    let (parent, worker) = pair(action_schema(), cartpole_schema(), none(), 2);
+    let mut batch = TensorDict::new(&[3]);
+    batch
+        .set(
+            "action",
+            Tensor::from_vec(&[3, 1], vec![5i64, 6, 7]).unwrap(),
+        )
+        .unwrap();
+    batch
+        .set("observation", Tensor::zeros(DType::F32, &[3, 4]))
+        .unwrap();
+    let rows = parent.input_rows(&batch).unwrap();
+    assert_eq!(rows.rows(), 3);
+    assert!(rows.is_complete());
+    parent.write_input_row(1, &rows, 2).unwrap();
+    parent.post(1, FIRST_COMMAND).unwrap();
+    assert_eq!(worker.try_take_command(1).unwrap(), Some(FIRST_COMMAND));
+    let mut input = action_schema().zeros();
+    worker.read_input(1, &mut input).unwrap();
+    assert_eq!(
+        input.tensor("action").unwrap().to_vec::<i64>().unwrap(),
+        vec![7]
+    );
+    // Errors.
+    let err = parent.write_input_row(0, &rows, 3).unwrap_err();
+    assert_eq!(err.to_string(), "input rows: row 3 of 3 rows");
+    parent.post(0, FIRST_COMMAND).unwrap();
+    let err = parent.write_input_row(0, &rows, 0).unwrap_err();
+    assert!(
+        matches!(err, WriteError::CommandPending { slot: 0, .. }),
+        "{err}"
+    );
+    let mut wrong = TensorDict::new(&[3]);
+    wrong
+        .set("action", Tensor::zeros(DType::F32, &[3, 1]))
+        .unwrap();
+    let err = parent.input_rows(&wrong).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "input rows: key \"action\": a f32 tensor of shape [3, 1], not 3 rows of i64 [1]"
+    );
+    // A batch without the input's keys: nothing to write, not complete.
+    let empty = TensorDict::new(&[3]);
+    assert!(!parent.input_rows(&empty).unwrap().is_complete());
+}

@@ -655,6 +655,17 @@ impl ProcBackend {
                 return Err(ProcError::Busy { env });
             }
         }
+        // Shm, each env given a row of `src` that has every input key: the
+        // rows go straight from `src` into the slots (its columns looked up
+        // once), not through each env's input buffer.
+        let input_rows = match (&self.shared.shm, src) {
+            (Some(shm), Some(src)) if jobs.iter().all(|&(_, row)| row.is_some()) => {
+                shm.input_rows(src).ok().filter(|rows| {
+                    rows.is_complete() && jobs.iter().all(|&(_, row)| row < Some(rows.rows()))
+                })
+            }
+            _ => None,
+        };
         let mut with_input = Vec::with_capacity(jobs.len());
         for &(env, row) in jobs {
             let mut cell = self.shared.slots[env].lock();
@@ -667,7 +678,7 @@ impl ProcBackend {
                 }
                 _ => true,
             };
-            if input {
+            if input && input_rows.is_none() {
                 let copied = match (src, row) {
                     (Some(src), Some(row)) => src.read_row(row, &mut cell.input),
                     (Some(src), None) => cell.input.fill_from(src),
@@ -686,7 +697,7 @@ impl ProcBackend {
         }
         let mut failed = false;
         let mut rung = vec![false; self.shared.workers.len()];
-        for (&(env, _), &input) in jobs.iter().zip(&with_input) {
+        for (&(env, row), &input) in jobs.iter().zip(&with_input) {
             let slot = &self.shared.slots[env];
             let worker = &self.shared.workers[self.shared.worker_of[env]];
             let sent = {
@@ -700,10 +711,10 @@ impl ProcBackend {
                     // A dead worker takes no command: failed below.
                     _ if !worker.alive.load(Ordering::SeqCst) => Ok(()),
                     Some(shm) => {
-                        let written = if input || op != Op::Reset {
-                            shm.write_input(env, &cell.input)
-                        } else {
-                            Ok(())
+                        let written = match (&input_rows, row) {
+                            (Some(rows), Some(row)) if input => shm.write_input_row(env, rows, row),
+                            _ if input || op != Op::Reset => shm.write_input(env, &cell.input),
+                            _ => Ok(()),
                         };
                         written
                             .and_then(|()| shm.post(env, command_word(op, input)))
