@@ -31,6 +31,22 @@ pub enum NonTensor {
 }
 
 impl NonTensor {
+    /// Whether [`NonTensor::shape`] starts with `prefix`, looking at the
+    /// elements of a stack only as deep as `prefix` goes.
+    pub fn shape_starts_with(&self, prefix: &[usize]) -> bool {
+        match (prefix.split_first(), self) {
+            (None, _) => true,
+            (Some((&n, rest)), NonTensor::Stack(items)) => {
+                // The shape's first dim is the length; the rest is the
+                // common prefix of the elements' shapes, which starts with
+                // `rest` exactly when every element's does.
+                items.len() == n
+                    && (rest.is_empty() || items.iter().all(|item| item.shape_starts_with(rest)))
+            }
+            (Some(_), _) => false,
+        }
+    }
+
     /// The shape: `[]` for a single value; for a stack, its length followed
     /// by the leading dims its elements share (the longest common prefix of
     /// their shapes, so a stack of ragged lists has shape `[len]`).
@@ -173,6 +189,33 @@ impl<T: Into<NonTensor>> From<Vec<T>> for NonTensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `shape_starts_with` agrees with `shape().starts_with` on values,
+    /// stacks, nested stacks and ragged stacks, for prefixes of every depth.
+    #[test]
+    fn shape_prefixes_agree_with_the_shape() {
+        let int = NonTensor::Int(1);
+        let pair = NonTensor::Stack(vec![int.clone(), int.clone()]);
+        let three = NonTensor::Stack(vec![int.clone(), int.clone(), int.clone()]);
+        let values = [
+            int.clone(),
+            pair.clone(),
+            NonTensor::Stack(vec![pair.clone(), pair.clone()]),
+            NonTensor::Stack(vec![pair.clone(), three.clone()]),
+            NonTensor::Stack(vec![pair.clone(), int.clone()]),
+            NonTensor::Stack(Vec::new()),
+        ];
+        let prefixes: [&[usize]; 7] = [&[], &[2], &[3], &[0], &[2, 2], &[2, 3], &[2, 2, 1]];
+        for value in &values {
+            for prefix in prefixes {
+                assert_eq!(
+                    value.shape_starts_with(prefix),
+                    value.shape().starts_with(prefix),
+                    "{value:?} {prefix:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn shapes_of_values_and_stacks() {

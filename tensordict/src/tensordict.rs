@@ -30,6 +30,17 @@ impl Entry {
         }
     }
 
+    /// Whether [`Entry::shape`] starts with `prefix`, without computing
+    /// all of it (a stack of non-tensors looks at its elements only as deep
+    /// as `prefix` goes: a batch's `env_index` is checked in one step).
+    pub fn shape_starts_with(&self, prefix: &[usize]) -> bool {
+        match self {
+            Entry::Tensor(t) => t.shape().starts_with(prefix),
+            Entry::NonTensor(v) => v.shape_starts_with(prefix),
+            Entry::Dict(d) => d.batch_size().starts_with(prefix),
+        }
+    }
+
     /// `"tensor"`, `"non-tensor"` or `"tensordict"`, for messages.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -196,11 +207,10 @@ impl TensorDict {
     }
 
     fn check_entry(&self, key: &impl KeyLike, entry: &Entry) -> Result<(), TensorDictError> {
-        let shape = entry.shape();
-        if !shape.starts_with(&self.batch_size) {
+        if !entry.shape_starts_with(&self.batch_size) {
             return Err(TensorDictError::BatchSize {
                 key: key.to_key(),
-                shape: shape.to_vec(),
+                shape: entry.shape().to_vec(),
                 batch_size: self.batch_size.to_vec(),
             });
         }
