@@ -159,6 +159,13 @@ impl Reaped {
         assert!(status.success(), "the child failed: {status}");
     }
 
+    /// The child's exit status if it has exited (it is then reaped).
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.0
+            .as_mut()
+            .and_then(|child| child.try_wait().ok().flatten())
+    }
+
     /// Kills the child with SIGKILL and waits for it.
     fn kill(mut self) {
         let mut child = self.0.take().unwrap();
@@ -344,10 +351,28 @@ fn killed_mid_write(kind: Kind) {
     for _ in 0..kills {
         let (input, result, next) = kind.schemas();
         let mut exchange = Exchange::create("cross_process", input, result, next, 1).unwrap();
-        let child = spawn_child(&exchange, kind, "spin");
-        // The child is publishing once its first record arrives.
-        let first = exchange.receive_one(0, Some(WATCHDOG)).unwrap();
-        kind.check(&first);
+        let mut child = spawn_child(&exchange, kind, "spin");
+        // The child is publishing once a record arrives, or once the slot
+        // is seen mid-write: a reader can starve against a writer that
+        // publishes back to back (a seqlock's reader retries while the
+        // clock is odd), and a wait for a whole record once ran into the
+        // watchdog (60 s) with large records. Looked at every second, so a
+        // child that died first is a clear failure.
+        loop {
+            match exchange.receive_one(0, Some(Duration::from_secs(1))) {
+                Ok(record) => {
+                    kind.check(&record);
+                    break;
+                }
+                Err(ReadError::Busy { slot: 0 }) => break,
+                Err(ReadError::SlotTimeout { .. }) => {
+                    if let Some(status) = child.exited() {
+                        panic!("the writer exited before its first record: {status}");
+                    }
+                }
+                Err(err) => panic!("waiting for the writer's first record: {err}"),
+            }
+        }
         thread::sleep(Duration::from_micros(rng.next() % 2_000));
         child.kill();
         match exchange.receive_one(0, Some(Duration::from_millis(20))) {

@@ -951,21 +951,17 @@ impl ProcBackend {
             gathered: [next_cache, root_cache],
             ..
         } = &mut *rows;
-        let all = envs.len() == self.num_envs() && envs.iter().enumerate().all(|(i, &e)| i == e);
-        let pick = |td: &TensorDict, cache: &mut Option<TensorDict>| {
-            if all {
-                Some(td.clone())
-            } else {
-                td.gather_rows_reusing(envs, cache).ok()
-            }
-        };
         let next = match op {
             Op::Reset => None,
-            Op::Step | Op::StepAndMaybeReset => Some(pick(next, next_cache)?),
+            Op::Step | Op::StepAndMaybeReset => {
+                Some(next.gather_rows_reusing(envs, next_cache).ok()?)
+            }
         };
         let root = match op {
             Op::Step => None,
-            Op::Reset | Op::StepAndMaybeReset => Some(pick(root, root_cache)?),
+            Op::Reset | Op::StepAndMaybeReset => {
+                Some(root.gather_rows_reusing(envs, root_cache).ok()?)
+            }
         };
         Some((next, root))
     }

@@ -801,21 +801,14 @@ impl ThreadBackend {
         if envs.iter().any(|&env| batch.rows[env] & want != want) {
             return None;
         }
-        let all = envs.len() == self.num_envs() && envs.iter().enumerate().all(|(i, &e)| i == e);
-        let pick = |td: &TensorDict, cache: &mut Option<TensorDict>| -> Option<TensorDict> {
-            if all {
-                return Some(td.clone());
-            }
-            td.gather_rows_reusing(envs, cache).ok()
-        };
         let [next_cache, root_cache] = &mut batch.gathered;
         let next = if want & NEXT_ROW != 0 {
-            Some(pick(&batch.next, next_cache)?)
+            Some(batch.next.gather_rows_reusing(envs, next_cache).ok()?)
         } else {
             None
         };
         let root = if want & ROOT_ROW != 0 {
-            Some(pick(&batch.root, root_cache)?)
+            Some(batch.root.gather_rows_reusing(envs, root_cache).ok()?)
         } else {
             None
         };

@@ -111,17 +111,24 @@ impl TensorDict {
         gather_at(self, rows, &NestedKey::default())
     }
 
-    /// Rows `rows` of this batch as a batch of their own, written into
-    /// `reuse` when it holds a batch of as many rows (the one this returned
-    /// the last time: in place once its other holders dropped it, copied on
-    /// write otherwise), else into a new one that `reuse` keeps: a caller
-    /// that gathers batches of one size allocates none in steady state. An
-    /// error if a row is out of range (`reuse` is then emptied).
+    /// Rows `rows` of this batch as a batch of their own: this batch itself
+    /// (shared, copied on write) when `rows` is every row in order; else
+    /// written into `reuse` when it holds a batch of as many rows (the one
+    /// this returned the last time: in place once its other holders dropped
+    /// it, copied on write otherwise), else into a new one that `reuse`
+    /// keeps: a caller that gathers batches of one size allocates none in
+    /// steady state. An error if a row is out of range (`reuse` is then
+    /// emptied).
     pub fn gather_rows_reusing(
         &self,
         rows: &[usize],
         reuse: &mut Option<TensorDict>,
     ) -> Result<TensorDict, TensorDictError> {
+        let every_row = self.batch_size().first() == Some(&rows.len())
+            && rows.iter().enumerate().all(|(i, &row)| i == row);
+        if every_row {
+            return Ok(self.clone());
+        }
         if let Some(out) = reuse.as_mut() {
             if out.batch_size().first() == Some(&rows.len())
                 && self.gather_rows_into(rows, out).is_ok()
@@ -850,6 +857,37 @@ mod tests {
             .unwrap();
         batch.read_row(2, &mut dst).unwrap();
         assert_eq!(dst, rows[2]);
+    }
+
+    /// `gather_rows_reusing`: every row in order is the batch itself
+    /// (shared); other rows are gathered into the kept batch of as many
+    /// rows (in place once its holders dropped it), or a new one; a row out
+    /// of range is an error that empties the kept batch.
+    #[test]
+    fn gathers_reuse_the_batch_of_the_last_gather() {
+        let batch = TensorDict::stack(&[step(0.0, 0), step(1.0, 1), step(2.0, 2)]).unwrap();
+        let mut reuse = None;
+        let all = batch.gather_rows_reusing(&[0, 1, 2], &mut reuse).unwrap();
+        assert_eq!(all, batch);
+        assert!(reuse.is_none());
+        let first = batch.gather_rows_reusing(&[2, 0], &mut reuse).unwrap();
+        assert_eq!(first, batch.gather_rows(&[2, 0]).unwrap());
+        let storage =
+            |td: &TensorDict| td.tensor("observation").unwrap().as_bytes().as_ptr() as usize;
+        let kept = storage(reuse.as_ref().unwrap());
+        drop(first);
+        let second = batch.gather_rows_reusing(&[1, 2], &mut reuse).unwrap();
+        assert_eq!(second, batch.gather_rows(&[1, 2]).unwrap());
+        // The kept batch's storage: written in place.
+        assert_eq!(storage(&second), kept);
+        let one = batch.gather_rows_reusing(&[1], &mut reuse).unwrap();
+        assert_eq!(one, batch.gather_rows(&[1]).unwrap());
+        let err = batch.gather_rows_reusing(&[5], &mut reuse).unwrap_err();
+        assert!(
+            matches!(err, TensorDictError::IndexOutOfRange { index: 5, len: 3 }),
+            "{err}"
+        );
+        assert!(reuse.is_none());
     }
 
     #[test]
