@@ -110,6 +110,8 @@ type Parts<'a> = SmallVec<[&'a mut [u8]; 16]>;
 /// resolved once for all of them, not once per result.
 #[derive(Debug)]
 pub struct Columns<'a> {
+    /// The exchange that resolved them (its shared state's address).
+    owner: usize,
     area: Area,
     rows: usize,
     parts: Parts<'a>,
@@ -120,6 +122,8 @@ pub struct Columns<'a> {
 /// [`Exchange::input_rows`]).
 #[derive(Debug)]
 pub struct InputRows<'a> {
+    /// The exchange that resolved them (its shared state's address).
+    owner: usize,
     rows: usize,
     /// The number of fields of the input schema.
     fields: usize,
@@ -992,6 +996,7 @@ impl Exchange {
         let schema = self.shared.layout.schema(Area::Input);
         let rows = batch.batch_size().first().copied().unwrap_or(0);
         let mut inputs = InputRows {
+            owner: self.owner(),
             rows,
             fields: schema.len(),
             mask: 0,
@@ -1033,6 +1038,11 @@ impl Exchange {
         row: usize,
     ) -> Result<(), WriteError> {
         self.check_write_slot(slot)?;
+        if inputs.owner != self.owner() {
+            return Err(WriteError::InputRows {
+                reason: "resolved by another exchange".into(),
+            });
+        }
         if row >= inputs.rows {
             return Err(WriteError::InputRows {
                 reason: format!("row {row} of {} rows", inputs.rows),
@@ -1583,15 +1593,31 @@ impl Exchange {
 
     /// A batch of `rows` rows of `area`'s fields, zeros: every field of the
     /// schema as a tensor of shape `[rows, ..]` (sub-dicts as the schema
-    /// has them), for [`Exchange::columns`] and [`Exchange::read_rows`].
-    pub fn zeros_rows(&self, area: Area, rows: usize) -> TensorDict {
+    /// has them), for [`Exchange::columns`] and [`Exchange::read_rows`]. An
+    /// error if a column's size overflows.
+    pub fn zeros_rows(&self, area: Area, rows: usize) -> Result<TensorDict, ReadError> {
         let schema = self.shared.layout.schema(area);
-        assemble(
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|field| Tensor::try_zeros(field.dtype(), &stacked(Some(rows), field.shape())))
+            .collect::<Result<Vec<Tensor>, _>>()
+            .map_err(|err| ReadError::Columns {
+                area,
+                reason: format!("{rows} rows: {err}"),
+            })?;
+        Ok(assemble(
             schema,
             Some(rows),
-            columns(schema, Some(rows)),
+            columns,
             all_fields(schema.len()),
-        )
+        ))
+    }
+
+    /// The address of this exchange's shared state: what columns and input
+    /// rows it resolved are checked against.
+    fn owner(&self) -> usize {
+        Arc::as_ptr(&self.shared) as usize
     }
 
     /// The columns of `batch`, a batch made by [`Exchange::zeros_rows`] for
@@ -1637,7 +1663,12 @@ impl Exchange {
             }
             parts.push(tensor.bytes_mut());
         }
-        Ok(Columns { area, rows, parts })
+        Ok(Columns {
+            owner: self.owner(),
+            area,
+            rows,
+            parts,
+        })
     }
 
     /// Whether `slot` holds a result published after clock `after` (or is
@@ -1665,6 +1696,14 @@ impl Exchange {
         next: &mut Columns<'_>,
     ) -> Result<Option<SlotRead>, ReadError> {
         self.check_read_slot(slot)?;
+        for (owner, area) in [(result.owner, Area::Result), (next.owner, Area::Next)] {
+            if owner != self.owner() {
+                return Err(ReadError::Columns {
+                    area,
+                    reason: "resolved by another exchange".into(),
+                });
+            }
+        }
         for (given, rows, area) in [
             (result.area, result.rows, Area::Result),
             (next.area, next.rows, Area::Next),

@@ -1033,12 +1033,12 @@ fn read_into_copies_newer_results_into_the_callers_buffers() {
 #[test]
 fn read_rows_copies_results_into_their_rows_of_a_batch() {
     let (parent, worker) = pair(action_schema(), cartpole_schema(), cartpole_schema(), 3);
-    let mut results = parent.zeros_rows(Area::Result, 3);
-    let mut nexts = parent.zeros_rows(Area::Next, 3);
+    let mut results = parent.zeros_rows(Area::Result, 3).unwrap();
+    let mut nexts = parent.zeros_rows(Area::Next, 3).unwrap();
     assert_eq!(results.batch_size(), &[3]);
     let rows = |records: &[TensorDict]| TensorDict::stack(records).unwrap();
     let zero = cartpole_schema().zeros();
-    let mut other_nexts = parent.zeros_rows(Area::Next, 3);
+    let mut other_nexts = parent.zeros_rows(Area::Next, 3).unwrap();
     let mut clocks = [0u64; 3];
     {
         let mut result = parent.columns(Area::Result, &mut results).unwrap();
@@ -1105,8 +1105,34 @@ fn read_rows_copies_results_into_their_rows_of_a_batch() {
         nexts,
         rows(&[zero.clone(), zero.clone(), cartpole_record(2, 8)])
     );
+    // Columns resolved by another exchange (the worker's mapping).
+    {
+        let mut theirs_results = worker.zeros_rows(Area::Result, 3).unwrap();
+        let mut theirs_nexts = worker.zeros_rows(Area::Next, 3).unwrap();
+        let mut theirs = worker.columns(Area::Result, &mut theirs_results).unwrap();
+        let mut next = worker.columns(Area::Next, &mut theirs_nexts).unwrap();
+        let err = parent
+            .read_rows(0, 0, 0, &mut theirs, &mut next)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "result area: cannot read into these columns: resolved by another exchange"
+        );
+    }
+    // Rows whose size overflows.
+    let err = parent.zeros_rows(Area::Result, usize::MAX).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReadError::Columns {
+                area: Area::Result,
+                ..
+            }
+        ),
+        "{err}"
+    );
     // A batch that is not laid out as the area.
-    let mut wrong = parent.zeros_rows(Area::Input, 3);
+    let mut wrong = parent.zeros_rows(Area::Input, 3).unwrap();
     let err = parent.columns(Area::Result, &mut wrong).unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -1203,6 +1229,10 @@ fn input_rows_write_one_row_of_a_batch_into_a_slot() {
         err.to_string(),
         "input rows: key \"action\": a f32 tensor of shape [3, 1], not 3 rows of i64 [1]"
     );
+    // Rows resolved by another exchange (the worker's mapping).
+    let theirs = worker.input_rows(&batch).unwrap();
+    let err = parent.write_input_row(1, &theirs, 0).unwrap_err();
+    assert_eq!(err.to_string(), "input rows: resolved by another exchange");
     // A batch without the input's keys: nothing to write, not complete.
     let empty = TensorDict::new(&[3]);
     assert!(!parent.input_rows(&empty).unwrap().is_complete());

@@ -485,11 +485,18 @@ impl ProcBackend {
             Some((exchange, bells)) => (Some(exchange), Some(bells)),
             None => (None, None),
         };
-        let rows = match &shm {
-            Some(exchange) if options.batch_rows => {
+        let batches = match &shm {
+            Some(exchange) if options.batch_rows => exchange
+                .zeros_rows(exchange::Area::Result, n)
+                .and_then(|next| Ok((next, exchange.zeros_rows(exchange::Area::Next, n)?)))
+                .ok(),
+            _ => None,
+        };
+        let rows = match batches {
+            Some((next, root)) => {
                 let mut rows = ShmRows {
-                    next: exchange.zeros_rows(exchange::Area::Result, n),
-                    root: exchange.zeros_rows(exchange::Area::Next, n),
+                    next,
+                    root,
                     stale: vec![0; n],
                     gathered: [None, None],
                 };
@@ -659,7 +666,13 @@ impl ProcBackend {
         // rows go straight from `src` into the slots (its columns looked up
         // once), not through each env's input buffer.
         let input_rows = match (&self.shared.shm, src) {
-            (Some(shm), Some(src)) if jobs.iter().all(|&(_, row)| row.is_some()) => {
+            (Some(shm), Some(src))
+                if jobs.iter().all(|&(_, row)| row.is_some())
+                    // A row of `src` has the envs' batch size (as `read_row`
+                    // checks).
+                    && src.batch_size().get(1..)
+                        == Some(shm.layout().schema(exchange::Area::Input).batch_size()) =>
+            {
                 shm.input_rows(src).ok().filter(|rows| {
                     rows.is_complete() && jobs.iter().all(|&(_, row)| row < Some(rows.rows()))
                 })
@@ -833,9 +846,17 @@ impl ProcBackend {
                         }
                     }
                 }
-                // Cannot happen (the rows are made from the slots'
-                // schemas): read into the cells instead.
-                _ => ready.extend(fresh.into_iter().filter(|&env| self.shared.poll_slot(env))),
+                // Cannot happen (the rows are made from the slots' schemas
+                // and changed only here): the envs fail rather than have
+                // results that rows and cells disagree on.
+                (Err(err), _) | (_, Err(err)) => {
+                    for env in fresh {
+                        let message = format!("env {env}: its batch rows: {err}");
+                        if self.shared.fail(env, ProcError::Shm { message }) {
+                            ready.push(env);
+                        }
+                    }
+                }
             }
             ready[start..].sort_unstable();
         }

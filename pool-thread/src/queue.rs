@@ -41,6 +41,11 @@ pub(crate) struct WorkQueue {
 /// The most envs one worker takes at a time.
 pub(crate) const MAX_CHUNK: usize = 64;
 
+/// The most envs a helping receiver takes at a time: it returns to its
+/// receive between chunks (to see a failure, a shutdown, or that its
+/// batch is complete while others' envs, sent meanwhile, wait).
+pub(crate) const HELP_CHUNK: usize = 8;
+
 fn lock(queue: &Mutex<VecDeque<Job>>) -> MutexGuard<'_, VecDeque<Job>> {
     queue.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -79,7 +84,8 @@ impl WorkQueue {
     /// waiting: from worker `worker`'s own queue first (about half of it, so
     /// that its results are published in a few steps), else from the back
     /// of another's (half of what is left there); any queue's for `None` (a
-    /// helping receiver). At least one job and at most 64. Returns `false`
+    /// helping receiver, at most [`HELP_CHUNK`]). At least one job and at
+    /// most 64. Returns `false`
     /// if every queue is empty or the queue is stopped.
     pub(crate) fn try_pull(&self, worker: Option<usize>, out: &mut Vec<Job>) -> bool {
         out.clear();
@@ -107,7 +113,8 @@ impl WorkQueue {
             if len == 0 {
                 continue;
             }
-            let take = (len / 2).clamp(1, MAX_CHUNK).min(len);
+            let most = if own.is_some() { MAX_CHUNK } else { HELP_CHUNK };
+            let take = (len / 2).clamp(1, most).min(len);
             out.extend(queue.drain(len - take..));
             return true;
         }

@@ -857,8 +857,9 @@ impl AsyncEnvPool {
             // Every env not idle is one whose result this receive must
             // have (a synchronous step, or a receive of all in flight): it
             // runs queued envs itself rather than wait for a worker, since
-            // it cannot return before they are done anyway (a chunk it runs
-            // delays nothing this receive could return earlier).
+            // it cannot return before they are done anyway. (Envs another
+            // thread sends meanwhile may be in a chunk it runs: chunks are
+            // small, of quick envs, and it looks again after each.)
             let may_help =
                 deadline.is_none() && recv.min_get == in_flight && book.busy == in_flight;
             drop(book);

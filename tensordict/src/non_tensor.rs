@@ -40,8 +40,11 @@ impl NonTensor {
                 // The shape's first dim is the length; the rest is the
                 // common prefix of the elements' shapes, which starts with
                 // `rest` exactly when every element's does.
+                // (An empty stack's shape is its length alone.)
                 items.len() == n
-                    && (rest.is_empty() || items.iter().all(|item| item.shape_starts_with(rest)))
+                    && (rest.is_empty()
+                        || (!items.is_empty()
+                            && items.iter().all(|item| item.shape_starts_with(rest))))
             }
             (Some(_), _) => false,
         }
@@ -204,8 +207,22 @@ mod tests {
             NonTensor::Stack(vec![pair.clone(), three.clone()]),
             NonTensor::Stack(vec![pair.clone(), int.clone()]),
             NonTensor::Stack(Vec::new()),
+            NonTensor::Stack(vec![
+                NonTensor::Stack(Vec::new()),
+                NonTensor::Stack(Vec::new()),
+            ]),
         ];
-        let prefixes: [&[usize]; 7] = [&[], &[2], &[3], &[0], &[2, 2], &[2, 3], &[2, 2, 1]];
+        let prefixes: [&[usize]; 9] = [
+            &[],
+            &[2],
+            &[3],
+            &[0],
+            &[0, 1],
+            &[2, 2],
+            &[2, 3],
+            &[2, 0],
+            &[2, 2, 1],
+        ];
         for value in &values {
             for prefix in prefixes {
                 assert_eq!(

@@ -31,6 +31,16 @@ impl Storage {
         }
     }
 
+    /// As [`Storage::zeroed`], or `None` if the memory cannot be had (a
+    /// size from outside: no panic, no abort).
+    fn try_zeroed(nbytes: usize) -> Option<Storage> {
+        let mut words = Vec::new();
+        let len = nbytes.div_ceil(8);
+        words.try_reserve_exact(len).ok()?;
+        words.resize(len, 0);
+        Some(Storage { words })
+    }
+
     fn bytes(&self) -> &[u8] {
         bytemuck::cast_slice(&self.words)
     }
@@ -101,15 +111,20 @@ impl Tensor {
         Tensor::try_zeros(dtype, shape).expect("shape too large")
     }
 
-    /// A tensor of zeros, or an error if the shape's size overflows.
+    /// A tensor of zeros, or an error if the shape's size overflows or
+    /// its memory cannot be had.
     pub fn try_zeros(dtype: DType, shape: &[usize]) -> Result<Tensor, TensorDictError> {
         let nbytes = Tensor::nbytes_of(dtype, shape)?;
+        let storage =
+            Storage::try_zeroed(nbytes).ok_or_else(|| TensorDictError::ShapeTooLarge {
+                shape: shape.to_vec(),
+            })?;
         Ok(Tensor {
             dtype,
             shape: shape.into(),
             offset: 0,
             nbytes,
-            storage: Arc::new(Storage::zeroed(nbytes)),
+            storage: Arc::new(storage),
         })
     }
 
@@ -487,6 +502,11 @@ mod tests {
         );
         assert!(matches!(
             Tensor::try_zeros(DType::F64, &[usize::MAX, 2]),
+            Err(TensorDictError::ShapeTooLarge { .. })
+        ));
+        // A size that fits `usize` but no memory: an error, not an abort.
+        assert!(matches!(
+            Tensor::try_zeros(DType::Bool, &[usize::MAX / 2]),
             Err(TensorDictError::ShapeTooLarge { .. })
         ));
     }
