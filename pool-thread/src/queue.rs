@@ -186,4 +186,17 @@ mod tests {
         queue.stop();
         assert!(!queue.pull(0, &mut out));
     }
+
+    /// A helping receiver takes at most `HELP_CHUNK` envs, from the back;
+    /// a worker half of its queue.
+    #[test]
+    fn a_helper_takes_small_chunks() {
+        let queue = WorkQueue::new(1, 40);
+        queue.push_all((0..40).map(job));
+        let mut out = Vec::new();
+        assert!(queue.try_pull(None, &mut out));
+        assert_eq!(envs(&out), (32..40).collect::<Vec<_>>());
+        assert!(queue.try_pull(Some(0), &mut out));
+        assert_eq!(envs(&out), (0..16).collect::<Vec<_>>());
+    }
 }
