@@ -791,8 +791,8 @@ impl ProcBackend {
     }
 
     /// Whether env `env`'s result (or failure) is ready to be taken. With
-    /// the shm exchange, a result newly published in its slot is read into
-    /// its cell here.
+    /// the shm exchange, a result newly published in its slot is read here:
+    /// into its rows with [`ProcOptions::batch_rows`], else into its cell.
     pub fn is_done(&self, env: usize) -> bool {
         let slot = &self.shared.slots[env];
         // Acquire: pairs with the Release of DONE / FAILED.

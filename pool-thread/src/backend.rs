@@ -619,8 +619,9 @@ impl ThreadBackend {
         Ok(())
     }
 
-    /// Runs a chunk of queued envs in the calling thread, if any is queued:
-    /// a receiver that would otherwise wait helps the workers. Returns
+    /// Runs a chunk of queued envs (at most 8) in the calling thread, if
+    /// any is queued and env steps have been quick (a moving average under
+    /// 10 us): a receiver that would otherwise wait helps the workers. Returns
     /// whether it ran anything. Never with [`ThreadOptions::affinity`]:
     /// the envs then run on the worker threads' CPUs only.
     ///
