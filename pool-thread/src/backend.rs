@@ -638,13 +638,21 @@ impl ThreadBackend {
         if self.pinned || !quick {
             return false;
         }
-        let mut chunk: Vec<Job> = Vec::new();
-        if self.shared.queue.try_pull(None, &mut chunk) {
-            run_chunk(&self.shared, &chunk);
-            true
-        } else {
-            false
+        thread_local! {
+            /// A helping receiver's chunk buffer, kept between calls (a
+            /// receive helps several times per batch). Taken out while in
+            /// use: an env that runs a pool of its own may help in it.
+            static CHUNK: std::cell::Cell<Vec<Job>> = const { std::cell::Cell::new(Vec::new()) };
         }
+        let mut chunk = CHUNK.take();
+        let ran = self.shared.queue.try_pull(None, &mut chunk);
+        if ran {
+            run_chunk(&self.shared, &chunk);
+        }
+        // The jobs hold the sent tensordicts: not kept past the chunk.
+        chunk.clear();
+        CHUNK.set(chunk);
+        ran
     }
 
     /// Wakes every thread waiting for results once (after results were taken

@@ -297,31 +297,34 @@ impl Row {
             }
             start.elapsed()
         };
-        let (warm_up, until) = match budget {
-            Budget::Time(time) => (time / 10, Some(Instant::now() + time / 10 + time)),
-            Budget::Pairs(_) => (Duration::ZERO, None),
-        };
-        let warm_until = Instant::now() + warm_up;
-        let mut warm_pairs = match budget {
-            Budget::Pairs(n) => n,
-            Budget::Time(_) => 1,
-        };
-        while Instant::now() < warm_until || warm_pairs > 0 {
-            let slower = time_baseline(ops).max(time_pool(ops)) / ops as u32;
-            ops = (BLOCK.as_nanos() / slower.as_nanos().max(1)).clamp(1, 10_000) as usize;
-            warm_pairs = warm_pairs.saturating_sub(1);
+        match budget {
+            // Warm-up, which also sizes the blocks.
+            Budget::Time(time) => {
+                let warm = Instant::now();
+                loop {
+                    let slower = time_baseline(ops).max(time_pool(ops)) / ops as u32;
+                    ops = (BLOCK.as_nanos() / slower.as_nanos().max(1)).clamp(1, 10_000) as usize;
+                    if warm.elapsed() >= time / 10 {
+                        break;
+                    }
+                }
+            }
+            // A smoke run: blocks of one sample.
+            Budget::Pairs(n) => {
+                for _ in 0..n {
+                    time_baseline(ops);
+                    time_pool(ops);
+                }
+            }
         }
-        if let Budget::Pairs(_) = budget {
-            ops = 1;
-        }
+        let started = Instant::now();
         let mut pairs: Vec<(Duration, Duration)> = Vec::new();
         loop {
-            let done = match (budget, until) {
-                (_, Some(until)) => Instant::now() >= until,
-                (Budget::Pairs(n), None) => pairs.len() >= n,
-                (Budget::Time(_), None) => unreachable!("a time budget has an end"),
+            let enough = match budget {
+                Budget::Time(time) => started.elapsed() >= time,
+                Budget::Pairs(n) => pairs.len() >= n,
             };
-            if done {
+            if enough {
                 break;
             }
             // Alternate which side goes first.

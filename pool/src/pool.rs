@@ -28,11 +28,6 @@ enum EnvState {
     Taking,
 }
 
-/// In [`AsyncEnvPool::built`]: the `"next"` batch.
-const NEXT: usize = 0;
-/// In [`AsyncEnvPool::built`]: the root batch.
-const ROOT: usize = 1;
-
 /// The tensordict of one send, the root of its envs' step results, kept
 /// while any of its envs is not yet released: one shared entry per send,
 /// not a clone per env.
@@ -275,12 +270,6 @@ pub struct AsyncEnvPool {
     /// The jobs of a send to every env: env `i` from row `i`.
     all_jobs: Vec<Job>,
     book: Mutex<Book>,
-    /// The `"next"` and root batches last built by copying results (a
-    /// dense batch the backend could not gather): the next batch of as
-    /// many rows is written into them, in place once the caller has
-    /// dropped them (copied on write if it still holds them), so that a
-    /// steady collector does not allocate a batch per receive.
-    built: Mutex<[Option<TensorDict>; 2]>,
 }
 
 /// Builds an [`AsyncEnvPool`].
@@ -431,7 +420,6 @@ impl PoolBuilder {
             same_env_batch,
             all_jobs: (0..n).map(|env| (env, Some(env))).collect(),
             book: Mutex::new(Book::new(n)),
-            built: Mutex::default(),
         })
     }
 }
@@ -479,11 +467,6 @@ impl AsyncEnvPool {
     fn book(&self) -> MutexGuard<'_, Book> {
         // The book is only changed by short, non-panicking sections.
         self.book.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn built(&self) -> MutexGuard<'_, [Option<TensorDict>; 2]> {
-        // Only taken and put back whole: nothing half-done on a panic.
-        self.built.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Number of envs.
@@ -993,20 +976,6 @@ impl AsyncEnvPool {
 
     /// Builds the batch of step results (root rows and `"next"`) and, for
     /// step-and-maybe-reset, the batch of next roots.
-    /// A batch of `k` rows shaped like env `first`'s `"next"` result
-    /// (`which` = [`NEXT`]) or root ([`ROOT`]), to be written over row by
-    /// row: the one last built if it has `k` rows, else zeros.
-    fn batch_to_fill(&self, which: usize, first: usize, k: usize) -> Result<TensorDict, PoolError> {
-        match self.built()[which].take() {
-            Some(batch) if batch.batch_size().first() == Some(&k) => Ok(batch),
-            _ => {
-                let (next, root) = &self.templates[first];
-                let template = if which == NEXT { next } else { root };
-                Ok(TensorDict::zeros_stacked(template, k)?)
-            }
-        }
-    }
-
     fn build(
         &self,
         op: Op,
@@ -1031,12 +1000,12 @@ impl AsyncEnvPool {
                 Some(batches) => batches,
                 None => {
                     let mut next_batch = if wants_step {
-                        Some(self.batch_to_fill(NEXT, first, k)?)
+                        Some(TensorDict::zeros_stacked(&self.templates[first].0, k)?)
                     } else {
                         None
                     };
                     let mut root_batch = if wants_root {
-                        Some(self.batch_to_fill(ROOT, first, k)?)
+                        Some(TensorDict::zeros_stacked(&self.templates[first].1, k)?)
                     } else {
                         None
                     };
@@ -1053,9 +1022,6 @@ impl AsyncEnvPool {
                         }
                         Ok(())
                     })??;
-                    let mut built = self.built();
-                    built[NEXT] = next_batch.clone();
-                    built[ROOT] = root_batch.clone();
                     (next_batch, root_batch)
                 }
             };

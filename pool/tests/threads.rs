@@ -332,15 +332,29 @@ fn env_index_is_in_the_state_spec_of_envs_with_different_state_keys() {
     assert_eq!(int_at(&root.index(1).unwrap(), &["observation"]), 0);
 }
 
-/// A CountingEnv that, from its `shift_at`-th step on, writes its
-/// observation with another shape (an env that breaks its own layout).
-struct Shapeshifter {
+/// A CountingEnv whose steps go through `step` (given the counter and the
+/// step's buffers): a test env that does something around a plain step.
+struct OnStep<F> {
     inner: CountingEnv,
-    steps: u32,
-    shift_at: u32,
+    step: F,
 }
 
-impl Env for Shapeshifter {
+impl<F> OnStep<F>
+where
+    F: FnMut(&mut CountingEnv, &TensorDict, &mut TensorDict) -> Result<(), EnvError>
+        + Send
+        + 'static,
+{
+    /// As a boxed env for a pool's maker.
+    fn boxed(inner: CountingEnv, step: F) -> Box<dyn Env> {
+        Box::new(OnStep { inner, step })
+    }
+}
+
+impl<F> Env for OnStep<F>
+where
+    F: FnMut(&mut CountingEnv, &TensorDict, &mut TensorDict) -> Result<(), EnvError> + Send,
+{
     fn specs(&self) -> &EnvSpecs {
         self.inner.specs()
     }
@@ -355,13 +369,22 @@ impl Env for Shapeshifter {
         self.inner.reset_into(input, out)
     }
     fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-        self.inner.step_into(input, next)?;
-        self.steps += 1;
-        if self.steps >= self.shift_at {
+        (self.step)(&mut self.inner, input, next)
+    }
+}
+
+/// A CountingEnv that, from its `shift_at`-th step on, writes its
+/// observation with another shape (an env that breaks its own layout).
+fn shapeshifter(shift_at: u32) -> Box<dyn Env> {
+    let mut steps = 0;
+    OnStep::boxed(CountingEnv::new(0, 100), move |inner, input, next| {
+        inner.step_into(input, next)?;
+        steps += 1;
+        if steps >= shift_at {
             next.set("observation", pool::tensordict::Tensor::full(&[2], 0i32))?;
         }
         Ok(())
-    }
+    })
 }
 
 /// An env whose step result stops fitting the pool's batch rows during a
@@ -374,13 +397,7 @@ fn an_env_that_breaks_its_layout_fails_alone_in_a_dense_step_and_maybe_reset() {
         let pool = AsyncEnvPool::builder()
             .backend(common::threads(2))
             .env(|| Ok(Box::new(CountingEnv::new(0, 100)) as Box<dyn Env>))
-            .env(|| {
-                Ok(Box::new(Shapeshifter {
-                    inner: CountingEnv::new(0, 100),
-                    steps: 0,
-                    shift_at: 2,
-                }) as Box<dyn Env>)
-            })
+            .env(|| Ok(shapeshifter(2)))
             .build()
             .unwrap();
         pool.reset(None).unwrap();
@@ -426,50 +443,29 @@ impl Spy {
     }
 }
 
-/// A CountingEnv that tells its [`Spy`] which thread steps it, and takes
-/// at least `step_time` a step.
-struct SpyEnv {
-    inner: CountingEnv,
-    index: usize,
-    step_time: std::time::Duration,
-    spy: std::sync::Arc<Spy>,
-}
-
-impl Env for SpyEnv {
-    fn specs(&self) -> &EnvSpecs {
-        self.inner.specs()
-    }
-    fn set_seed(&mut self, seed: u64) {
-        self.inner.set_seed(seed);
-    }
-    fn reset_into(
-        &mut self,
-        input: Option<&TensorDict>,
-        out: &mut TensorDict,
-    ) -> Result<(), EnvError> {
-        self.inner.reset_into(input, out)
-    }
-    fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-        let spy = &self.spy;
+/// A CountingEnv that tells its [`Spy`] which thread steps it (env
+/// `index`), and takes at least `step_time` a step.
+fn spy_env(index: usize, step_time: std::time::Duration, spy: std::sync::Arc<Spy>) -> Box<dyn Env> {
+    OnStep::boxed(CountingEnv::new(0, 1000), move |inner, input, next| {
         spy.stepped_on
             .lock()
             .unwrap()
             .push(std::thread::current().id());
         let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while self.index == 0
+        while index == 0
             && spy.hold.load(std::sync::atomic::Ordering::SeqCst)
             && std::time::Instant::now() < until
         {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        if !self.step_time.is_zero() {
-            std::thread::sleep(self.step_time);
+        if !step_time.is_zero() {
+            std::thread::sleep(step_time);
         }
-        self.inner.step_into(input, next)
-    }
+        inner.step_into(input, next)
+    })
 }
 
-/// A pool of 8 [`SpyEnv`]s on `backend`, reset, then stepped 20 times (so
+/// A pool of 8 [`spy_env`]s on `backend`, reset, then stepped 20 times (so
 /// that it has seen how long they take).
 fn spy_pool(
     spy: &std::sync::Arc<Spy>,
@@ -479,14 +475,7 @@ fn spy_pool(
     let mut builder = AsyncEnvPool::builder().backend(backend);
     for index in 0..8 {
         let spy = std::sync::Arc::clone(spy);
-        builder = builder.env(move || {
-            Ok(Box::new(SpyEnv {
-                inner: CountingEnv::new(0, 1000),
-                index,
-                step_time,
-                spy,
-            }) as Box<dyn Env>)
-        });
+        builder = builder.env(move || Ok(spy_env(index, step_time, spy)));
     }
     let pool = builder.build().unwrap();
     pool.reset(None).unwrap();
