@@ -5,7 +5,8 @@
 //! and the loom models of the exchange protocol (`cargo xtask loom`).
 //! `cargo xtask bench` runs the benchmarks; `cargo xtask bench --anchors`
 //! measures rlpool side by side with EnvPool, PufferLib and Gymnasium (see
-//! `anchors.rs`); `cargo xtask fuzz` builds the fuzz targets of `fuzz/`
+//! `anchors.rs`); `cargo xtask perf-report` regenerates the table of current
+//! figures in `docs/performance.md` (see `report.rs`); `cargo xtask fuzz` builds the fuzz targets of `fuzz/`
 //! with libFuzzer and runs them; `cargo xtask soak` runs the soak test. The
 //! binary needs nothing but cargo and rustc (and, for `fuzz`, a C++
 //! compiler): it finds the workspace root from its own manifest
@@ -13,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 mod anchors;
+mod report;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -42,6 +44,12 @@ commands:
              build the fuzz targets of fuzz/ (libFuzzer, stable coverage flags,
              target/fuzz) and run each for N seconds (default 60) from its
              committed corpus; fails on a crash and prints the input's path
+  perf-report [--smoke]
+             one run of pool/benches/paired.rs and of the backends.rs rows the
+             table needs (LatencyEnv speed-ups, shm over queue), written into
+             the table of current figures in docs/performance.md with the
+             date, commit and machine; --smoke: a debug build, a few samples,
+             the table printed, nothing written
   help       print this message";
 
 fn main() -> ExitCode {
@@ -54,6 +62,7 @@ fn main() -> ExitCode {
         Some("loom") => loom(),
         Some("soak") => soak(&rest),
         Some("fuzz") => fuzz(&rest),
+        Some("perf-report") => report::run(&rest),
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{USAGE}");
             Ok(())
