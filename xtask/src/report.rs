@@ -22,7 +22,8 @@ pub(crate) const END: &str = "<!-- perf-report:end -->";
 /// The divan benchmarks of `backends.rs` the table needs (a regular
 /// expression over divan's benchmark paths).
 const BACKENDS_FILTER: &str =
-    "latency_50us::(raw|sync_step)::8|cartpole::sync_step::32::procs_(queue|shm)$";
+    "latency_50us::raw::8|latency_50us::sync_step::8::(threads|procs_shm)\
+     |cartpole::sync_step::32::procs_(queue|shm)$";
 
 /// One row of `paired.rs`'s output, per env-step, in nanoseconds.
 #[derive(Debug, Clone, PartialEq)]
@@ -333,37 +334,43 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    /// `paired.rs`'s output, in its format (figures made up).
+    /// `paired.rs`'s output, captured from `cargo xtask perf-report --smoke`
+    /// (a debug build: the figures mean nothing, the format is the point).
     const PAIRED: &str = "\
-paired samples: pool vs baseline, alternately (Time(2s) a row)
+paired samples: pool vs baseline, alternately (Pairs(8) a row)
 row                                                              pool   baseline   overhead: paired median (IQR)      target
-threads, CartPole x64, step                                    512 ns     301 ns   220 ns (150 .. 290)                issue 3: <= 250 ns   [812 pairs]
-threads, CartPole x64, step_and_maybe_reset                    640 ns     310 ns   323 ns (250 .. 401)                   [790 pairs]
-threads, CartPole x64, async min_get=N/2 (samr)                801 ns     305 ns   484 ns (-12 .. 900)                issue 3: <= 500 ns   [640 pairs]
-procs shm (2), CartPole x32, step                             1560 ns     300 ns   1250 ns (1100 .. 1400)             issue 5: <= 2000 ns   [300 pairs]
+threads, CartPole x64, step                                  18669 ns    7741 ns   10928 ns (6147 .. 29706)           issue 3: <= 250 ns   [8 pairs]
+threads, CartPole x64, step_and_maybe_reset                 101031 ns    8476 ns   92869 ns (4289 .. 159404)             [8 pairs]
+threads, CartPole x64, async min_get=N/2 (samr)              12825 ns    9399 ns   6480 ns (-6490 .. 7155)            issue 3: <= 500 ns   [8 pairs]
+procs shm (2), CartPole x32, step                           232549 ns    8523 ns   226951 ns (98093 .. 231175)        issue 5: <= 2000 ns   [8 pairs]
 ";
 
-    /// divan's tree for `BACKENDS_FILTER`, in its format (figures made up).
+    /// divan's tree for a filter of `backends.rs`, captured from the same
+    /// run.
     const DIVAN: &str = "\
-Timer precision: 20 ns
-backends                fastest       │ slowest       │ median        │ mean          │ samples │ iters
-├─ cartpole                           │               │               │               │         │
-│  ╰─ sync_step                       │               │               │               │         │
-│     ╰─ 32                           │               │               │               │         │
-│        ├─ procs_queue  480.1 µs      │ 700.2 µs      │ 510.8 µs      │ 520 µs        │ 100     │ 100
-│        │               66.64 Kitem/s │ 45.7 Kitem/s  │ 62.64 Kitem/s │ 61.5 Kitem/s  │         │
-│        ╰─ procs_shm    40.1 µs       │ 90.2 µs       │ 45.2 µs       │ 48 µs         │ 100     │ 100
-│                        798 Kitem/s   │ 354.7 Kitem/s │ 707.9 Kitem/s │ 666.6 Kitem/s │         │
-╰─ latency_50us                       │               │               │               │         │
-   ├─ raw                             │               │               │               │         │
-   │  ╰─ 8              400.2 µs      │ 420 µs        │ 405 µs        │ 406 µs        │ 100     │ 100
-   │                    19.99 Kitem/s │ 19.04 Kitem/s │ 19.75 Kitem/s │ 19.7 Kitem/s  │         │
-   ╰─ sync_step                       │               │               │               │         │
-      ╰─ 8                            │               │               │               │         │
-         ├─ procs_shm   220 µs        │ 480 µs        │ 225 µs        │ 240 µs        │ 100     │ 100
-         │              35.55 Kitem/s │ 16.66 Kitem/s │ 35.55 Kitem/s │ 33.33 Kitem/s │         │
-         ├─ procs_shm_pinned  219 µs  │ 300 µs        │ 222.5 µs      │ 230 µs        │ 100     │ 100
-         ╰─ threads     218 µs        │ 260 µs        │ 0.2225 ms     │ 225 µs        │ 100     │ 100
+Timer precision: 30 ns
+backends                      fastest       │ slowest       │ median        │ mean          │ samples │ iters
+├─ cartpole                                 │               │               │               │         │
+│  ╰─ sync_step                             │               │               │               │         │
+│     ╰─ 32                                 │               │               │               │         │
+│        ├─ procs_queue       2.502 ms      │ 3.582 ms      │ 2.742 ms      │ 2.942 ms      │ 3       │ 3
+│        │                    12.78 Kitem/s │ 8.932 Kitem/s │ 11.67 Kitem/s │ 10.87 Kitem/s │         │
+│        ╰─ procs_shm         475.1 µs      │ 624 µs        │ 513.4 µs      │ 537.5 µs      │ 3       │ 3
+│                             67.35 Kitem/s │ 51.27 Kitem/s │ 62.32 Kitem/s │ 59.53 Kitem/s │         │
+╰─ latency_50us                             │               │               │               │         │
+   ├─ raw                                   │               │               │               │         │
+   │  ╰─ 8                    447 µs        │ 463.4 µs      │ 451.5 µs      │ 454 µs        │ 3       │ 3
+   │                          17.89 Kitem/s │ 17.26 Kitem/s │ 17.71 Kitem/s │ 17.62 Kitem/s │         │
+   ╰─ sync_step                             │               │               │               │         │
+      ╰─ 8                                  │               │               │               │         │
+         ├─ procs_queue       699.3 µs      │ 801.3 µs      │ 775.2 µs      │ 758.6 µs      │ 3       │ 3
+         │                    11.43 Kitem/s │ 9.982 Kitem/s │ 10.31 Kitem/s │ 10.54 Kitem/s │         │
+         ├─ procs_shm         346.1 µs      │ 459.1 µs      │ 368.6 µs      │ 391.3 µs      │ 3       │ 3
+         │                    23.11 Kitem/s │ 17.42 Kitem/s │ 21.7 Kitem/s  │ 20.44 Kitem/s │         │
+         ├─ procs_shm_pinned  427.8 µs      │ 3.18 ms       │ 611.6 µs      │ 1.406 ms      │ 3       │ 3
+         │                    18.69 Kitem/s │ 2.515 Kitem/s │ 13.07 Kitem/s │ 5.687 Kitem/s │         │
+         ╰─ threads           314 µs        │ 411 µs        │ 358 µs        │ 361 µs        │ 3       │ 3
+                              25.47 Kitem/s │ 19.46 Kitem/s │ 22.34 Kitem/s │ 22.15 Kitem/s │         │
 ";
 
     #[test]
@@ -374,44 +381,50 @@ backends                fastest       │ slowest       │ median        │ me
             rows[0],
             PairedRow {
                 title: "threads, CartPole x64, step".into(),
-                pool_ns: 512.0,
-                baseline_ns: 301.0,
-                q1_ns: 150.0,
-                median_ns: 220.0,
-                q3_ns: 290.0,
+                pool_ns: 18669.0,
+                baseline_ns: 7741.0,
+                q1_ns: 6147.0,
+                median_ns: 10928.0,
+                q3_ns: 29706.0,
                 target: "issue 3: <= 250 ns".into(),
-                pairs: 812,
+                pairs: 8,
             }
         );
         assert_eq!(rows[1].target, "");
-        assert_eq!(rows[2].q1_ns, -12.0);
+        assert_eq!(rows[2].q1_ns, -6490.0);
         assert_eq!(rows[3].title, "procs shm (2), CartPole x32, step");
-        assert_eq!(rows[3].median_ns, 1250.0);
+        assert_eq!(rows[3].median_ns, 226951.0);
     }
 
     #[test]
     fn divan_medians_are_keyed_by_path() {
         let medians = parse_divan(DIVAN);
         let at = |p: &[&str]| divan_median(&medians, p).unwrap();
-        assert_eq!(at(&["latency_50us", "raw", "8"]), 405_000.0);
-        assert_eq!(
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6 * b;
+        assert!(close(at(&["latency_50us", "raw", "8"]), 451_500.0));
+        assert!(close(
             at(&["latency_50us", "sync_step", "8", "threads"]),
-            222_500.0
-        );
-        assert_eq!(
+            358_000.0
+        ));
+        assert!(close(
             at(&["cartpole", "sync_step", "32", "procs_queue"]),
-            510_800.0
-        );
+            2_742_000.0
+        ));
+        // A name that is a prefix of another's is its own benchmark.
+        assert!(close(
+            at(&["latency_50us", "sync_step", "8", "procs_shm"]),
+            368_600.0
+        ));
         assert!(divan_median(&medians, &["latency_50us", "raw", "2"]).is_err());
     }
 
     #[test]
     fn the_tables_carry_every_row() {
         let table = tables(&parse_paired(PAIRED), &parse_divan(DIVAN)).unwrap();
-        assert!(table.contains("| threads, CartPole x64, step | 220 ns (150 .. 290; 812 pairs) | 512 / 301 ns | issue 3: <= 250 ns |"));
-        assert!(table.contains("step: speed-up over one thread | 1.82x | issue 3: >= 1.8x |"));
+        assert!(table.contains("| threads, CartPole x64, step | 10928 ns (6147 .. 29706; 8 pairs) | 18669 / 7741 ns | issue 3: <= 250 ns |"));
+        assert!(table.contains("step: speed-up over one thread | 1.26x | issue 3: >= 1.8x |"));
         assert!(
-            table.contains("| procs (2), CartPole x32, step: shm throughput over queue | 11.3x |")
+            table.contains("| procs (2), CartPole x32, step: shm throughput over queue | 5.3x |")
         );
         assert!(tables(&[], &parse_divan(DIVAN)).is_err());
     }
