@@ -2,6 +2,9 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// The most envs a pool of `rlpool run` or `rlpool bench` may have.
+const MAX_ENVS: i64 = 4096;
+
 /// An asynchronous pool of reinforcement-learning environments.
 ///
 /// With no command, the main job (`rlpool run` with its defaults): 16
@@ -66,7 +69,7 @@ pub(crate) struct RunArgs {
     #[arg(long, default_value = "CartPole-v1")]
     pub(crate) env: String,
     /// Number of envs.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=MAX_ENVS))]
     pub(crate) num_envs: u32,
     /// Where the envs run.
     #[arg(long, value_enum, default_value_t = BackendArg::Processes)]
@@ -139,7 +142,12 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value = "CartPole-v1")]
     pub(crate) env: String,
     /// Pool sizes, comma separated.
-    #[arg(long, value_delimiter = ',', default_values_t = [2u32, 8, 32, 64])]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "2,8,32,64",
+        value_parser = clap::value_parser!(u32).range(1..=MAX_ENVS)
+    )]
     pub(crate) sizes: Vec<u32>,
     /// Seconds per measurement.
     #[arg(long, default_value_t = 0.5)]
@@ -188,6 +196,12 @@ pub(crate) mod tests {
             "run --exchange pipes",
         ] {
             assert!(parse(args).is_err(), "{args}");
+        }
+        assert!(parse("bench --sizes 2,0").is_err());
+        assert!(parse("bench --sizes 5000").is_err());
+        match parse("bench").unwrap().command {
+            Some(Command::Bench(b)) => assert_eq!(b.sizes, [2, 8, 32, 64]),
+            other => panic!("{other:?}"),
         }
         let err = parse("run --steps 0").unwrap_err().to_string();
         assert!(err.contains("at least 1 step"), "{err}");
