@@ -85,13 +85,16 @@ pub(crate) struct RunArgs {
     /// one per env].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) threads: Option<u32>,
-    /// Results to wait for per receive [default: half the envs].
+    /// Results to wait for per receive (asynchronous runs only) [default:
+    /// half the envs].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) min_get: Option<u32>,
-    /// Most results per receive [default: all that are ready].
+    /// Most results per receive (asynchronous runs only) [default: all that
+    /// are ready].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_get: Option<u32>,
-    /// Deadline of each receive, in milliseconds (0 polls) [default: none].
+    /// Deadline of each receive, in milliseconds (asynchronous runs only; 0
+    /// polls) [default: none].
     #[arg(long)]
     pub(crate) timeout_ms: Option<u64>,
     /// Stop after this many env-steps (at least 1; the last batch may
@@ -111,7 +114,8 @@ pub(crate) struct RunArgs {
     pub(crate) sync: bool,
     /// Print one machine-readable JSON line instead of the progress display
     /// and the summary. Its `exchange` is `"shm"` or `"queue"` for
-    /// processes and `null` for threads, which need no exchange.
+    /// processes and `null` for threads, which need no exchange; its
+    /// `min_get` is `null` with --sync.
     #[arg(long)]
     pub(crate) json: bool,
 }

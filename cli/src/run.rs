@@ -54,6 +54,18 @@ pub(crate) fn plan(args: &RunArgs) -> Result<Plan, Failure> {
             known.join(", ")
         )));
     }
+    if args.sync {
+        let async_only = [
+            ("--min-get", args.min_get.is_some()),
+            ("--max-get", args.max_get.is_some()),
+            ("--timeout-ms", args.timeout_ms.is_some()),
+        ];
+        if let Some((option, _)) = async_only.iter().find(|(_, given)| *given) {
+            return Err(usage(anyhow::anyhow!(
+                "{option} applies to asynchronous runs, not --sync (which steps every env at once)"
+            )));
+        }
+    }
     let num_envs = args.num_envs as usize;
     let min_get = args.min_get.map_or((num_envs / 2).max(1), |m| m as usize);
     if min_get > num_envs {
@@ -211,7 +223,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<(), Failure> {
         exchange: (args.backend == BackendArg::Processes).then_some(exchange),
         exchange_reason,
         sync: args.sync,
-        min_get: plan.min_get,
+        min_get: (!args.sync).then_some(plan.min_get),
         tally,
         elapsed,
         interrupted: stop.load(Ordering::SeqCst),
@@ -282,6 +294,12 @@ mod tests {
                 "run --backend threads --exchange shm",
                 "--exchange applies to --backend processes, not --backend threads",
             ),
+            (
+                "run --sync --min-get 2",
+                "--min-get applies to asynchronous runs, not --sync",
+            ),
+            ("run --sync --max-get 2", "--max-get applies"),
+            ("run --sync --timeout-ms 5", "--timeout-ms applies"),
             (
                 "run --threads 2",
                 "--threads applies to --backend threads, not --backend processes",

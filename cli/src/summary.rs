@@ -30,8 +30,8 @@ pub(crate) struct Summary<'a> {
     pub(crate) exchange_reason: Option<String>,
     /// Whether the run used the synchronous API.
     pub(crate) sync: bool,
-    /// Results waited for per asynchronous receive.
-    pub(crate) min_get: usize,
+    /// Results waited for per asynchronous receive; `None` for `--sync`.
+    pub(crate) min_get: Option<usize>,
     /// Steps, episodes and returns.
     pub(crate) tally: Tally,
     /// How long the run stepped.
@@ -161,7 +161,7 @@ mod tests {
             exchange: None,
             exchange_reason: None,
             sync: true,
-            min_get: 1,
+            min_get: None,
             tally: Tally::default(),
             elapsed: Duration::from_secs(1),
             interrupted: false,
@@ -172,6 +172,8 @@ mod tests {
         assert_eq!(json["exchange"], serde_json::Value::Null);
         assert_eq!(json["backend"], "threads");
         assert_eq!(json["mean_return"], serde_json::Value::Null);
+        assert_eq!(json["min_get"], serde_json::Value::Null);
+        assert_eq!(json["mode"], "sync");
         assert_eq!(exchange_name(ResolvedExchange::Shm), "shm");
         assert_eq!(exchange_name(ResolvedExchange::Queue), "queue");
     }

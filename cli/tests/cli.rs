@@ -93,6 +93,10 @@ fn bad_arguments_print_one_line_and_exit_with_2() {
             "--exchange applies to --backend processes",
         ),
         (&["run", "--steps", "0"], "--steps"),
+        (
+            &["run", "--sync", "--min-get", "2"],
+            "--min-get applies to asynchronous runs, not --sync",
+        ),
         (&["run", "--bogus"], "--bogus"),
         (&["fly"], "fly"),
         (&["bench", "--env", "Nope"], "unknown env"),
