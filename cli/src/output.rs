@@ -1,6 +1,6 @@
-//! Writing to stdout: every line the program prints goes through [`line`]
-//! (the [`say!`] macro), so a closed stdout ends the program quietly where
-//! `println!` would panic.
+//! Writing to stdout: every line the program prints goes through
+//! [`print_line`] (the [`say!`] macro), so a closed stdout ends the program
+//! quietly where `println!` would panic.
 
 use std::fmt;
 use std::io::{self, Write as _};
@@ -9,7 +9,7 @@ use crate::failure::{failed, Failure};
 
 /// Writes one line to stdout. A closed stdout (broken pipe) is
 /// [`Failure::StdoutClosed`]; any other write error fails the command.
-pub(crate) fn line(text: fmt::Arguments<'_>) -> Result<(), Failure> {
+pub(crate) fn print_line(text: fmt::Arguments<'_>) -> Result<(), Failure> {
     let mut out = io::stdout().lock();
     match writeln!(out, "{text}").and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
@@ -19,10 +19,10 @@ pub(crate) fn line(text: fmt::Arguments<'_>) -> Result<(), Failure> {
 }
 
 /// `println!` for this program: `say!("{x}")?` writes one line through
-/// [`line`].
+/// [`print_line`].
 macro_rules! say {
     ($($arg:tt)*) => {
-        $crate::output::line(format_args!($($arg)*))
+        $crate::output::print_line(format_args!($($arg)*))
     };
 }
 pub(crate) use say;
