@@ -3,7 +3,7 @@
 
 use std::fmt::{self, Write as _};
 
-use tensordict::Tensor;
+use tensordict::{DType, Element, Tensor};
 
 use crate::elements::{all_equal, element_strings};
 use crate::{Composite, StackedSpec, TensorSpec};
@@ -11,10 +11,90 @@ use crate::{Composite, StackedSpec, TensorSpec};
 /// How many bound elements are shown before `...`.
 const SHOWN_BOUNDS: usize = 6;
 
+/// Floats at least this large in magnitude are shown with an exponent
+/// (`1e20`, not twenty-one digits).
+const EXPONENT_ABOVE: f64 = 1e16;
+
+/// Floats this small in magnitude (but not zero) are shown with an
+/// exponent.
+const EXPONENT_BELOW: f64 = 1e-5;
+
+/// A bound element as a reader wants it: a wide type's limit by name
+/// (`f32::MAX` rather than 340282350000000000000000000000000000000, the
+/// "unbounded" a Gymnasium box declares), infinities as `inf` / `-inf`,
+/// very large or small floats with an exponent, anything else as `Display`
+/// writes it.
+trait BoundText: Element + fmt::Display {
+    /// The element as shown in a bound.
+    fn bound_text(self) -> String;
+}
+
+macro_rules! float_bound_text {
+    ($($ty:ident),*) => {$(
+        impl BoundText for $ty {
+            fn bound_text(self) -> String {
+                let magnitude = f64::from(self.abs());
+                if self == $ty::MAX {
+                    concat!(stringify!($ty), "::MAX").to_owned()
+                } else if self == $ty::MIN {
+                    concat!(stringify!($ty), "::MIN").to_owned()
+                } else if self.is_finite()
+                    && (magnitude >= EXPONENT_ABOVE
+                        || (magnitude != 0.0 && magnitude < EXPONENT_BELOW))
+                {
+                    format!("{self:e}")
+                } else {
+                    // `inf`, `-inf`, `NaN`, or the shortest exact decimal.
+                    self.to_string()
+                }
+            }
+        }
+    )*};
+}
+
+float_bound_text!(f32, f64);
+
+macro_rules! int_bound_text {
+    ($($ty:ident),*) => {$(
+        impl BoundText for $ty {
+            fn bound_text(self) -> String {
+                if self == $ty::MAX {
+                    concat!(stringify!($ty), "::MAX").to_owned()
+                } else if self == $ty::MIN {
+                    concat!(stringify!($ty), "::MIN").to_owned()
+                } else {
+                    self.to_string()
+                }
+            }
+        }
+    )*};
+}
+
+// Only the wide integers: `255` reads better than `u8::MAX` for a pixel.
+int_bound_text!(i32, i64);
+
+/// The elements of a bound tensor as shown, at most `max` of them; the
+/// second value is true if some were left out.
+fn bound_strings(bound: &Tensor, max: usize) -> (Vec<String>, bool) {
+    fn texts<T: BoundText>(bound: &Tensor, max: usize) -> (Vec<String>, bool) {
+        // The dtype was matched by the caller: `as_slice` is `Ok`.
+        let values = bound.as_slice::<T>().unwrap_or_default();
+        let shown = values.iter().take(max).map(|v| v.bound_text()).collect();
+        (shown, values.len() > max)
+    }
+    match bound.dtype() {
+        DType::F32 => texts::<f32>(bound, max),
+        DType::F64 => texts::<f64>(bound, max),
+        DType::I32 => texts::<i32>(bound, max),
+        DType::I64 => texts::<i64>(bound, max),
+        _ => element_strings(bound, max),
+    }
+}
+
 /// A bound tensor: one number if every element is equal, else a list (cut
 /// after [`SHOWN_BOUNDS`] elements).
 fn write_bound(out: &mut String, bound: &Tensor) {
-    let (values, more) = element_strings(bound, SHOWN_BOUNDS);
+    let (values, more) = bound_strings(bound, SHOWN_BOUNDS);
     if let Some(first) = values
         .first()
         .filter(|_| values.len() == 1 || all_equal(bound))
@@ -223,6 +303,55 @@ mod tests {
         assert_eq!(
             spec.to_string(),
             "bounded(shape=[2], dtype=i32, low=[-1, 0], high=1)"
+        );
+    }
+
+    #[test]
+    fn limits_read_by_name_and_extremes_with_an_exponent() {
+        let cases = [
+            (
+                TensorSpec::bounded(&[4], DType::F32, f64::from(f32::MIN), f64::from(f32::MAX))
+                    .unwrap(),
+                "bounded(shape=[4], dtype=f32, low=f32::MIN, high=f32::MAX)",
+            ),
+            (
+                TensorSpec::bounded(&[], DType::F64, f64::MIN, f64::MAX).unwrap(),
+                "bounded(shape=[], dtype=f64, low=f64::MIN, high=f64::MAX)",
+            ),
+            (
+                TensorSpec::bounded(&[], DType::F32, f64::NEG_INFINITY, f64::INFINITY).unwrap(),
+                "bounded(shape=[], dtype=f32, low=-inf, high=inf)",
+            ),
+            (
+                TensorSpec::bounded(&[], DType::F64, -1e20, 1e-7).unwrap(),
+                "bounded(shape=[], dtype=f64, low=-1e20, high=1e-7)",
+            ),
+            (
+                TensorSpec::bounded(&[], DType::F64, 0.0, 1e15).unwrap(),
+                "bounded(shape=[], dtype=f64, low=0, high=1000000000000000)",
+            ),
+            (
+                TensorSpec::bounded(&[], DType::I64, i64::MIN as f64, i64::MAX as f64).unwrap(),
+                "bounded(shape=[], dtype=i64, low=i64::MIN, high=i64::MAX)",
+            ),
+            (
+                TensorSpec::bounded(&[], DType::I32, f64::from(i32::MIN), 7.0).unwrap(),
+                "bounded(shape=[], dtype=i32, low=i32::MIN, high=7)",
+            ),
+            (
+                TensorSpec::bounded(&[], DType::U8, 0.0, 255.0).unwrap(),
+                "bounded(shape=[], dtype=u8, low=0, high=255)",
+            ),
+        ];
+        for (spec, shown) in cases {
+            assert_eq!(spec.to_string(), shown);
+        }
+        let low = Tensor::from_vec(&[3], vec![f32::MIN, -1.5, 0.0]).unwrap();
+        let high = Tensor::from_vec(&[3], vec![f32::MAX, 2.5, 3e-6]).unwrap();
+        let spec = TensorSpec::bounded_tensors(low, high).unwrap();
+        assert_eq!(
+            spec.to_string(),
+            "bounded(shape=[3], dtype=f32, low=[f32::MIN, -1.5, 0], high=[f32::MAX, 2.5, 3e-6])"
         );
     }
 

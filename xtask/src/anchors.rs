@@ -43,7 +43,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     }
 
     let mut build = cargo();
-    build.args(["build", "--release", "-p", "pool", "--bin", "rlpool"]);
+    build.args(["build", "--release", "-p", "rlpool-cli", "--bin", "rlpool"]);
     step("cargo build --release (rlpool)", build)?;
 
     let target = env::var_os("CARGO_TARGET_DIR")

@@ -1,6 +1,7 @@
 //! The `rlpool` program: its help, its argument errors (one line, status
 //! 2), a short run of each kind with its JSON summary, the env list, the
-//! benchmark table, and Ctrl-C (a summary, status 0, every worker reaped).
+//! benchmark table, Ctrl-C (a summary, status 0, every worker reaped), and a
+//! closed stdout (status 0, no panic).
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -83,6 +84,19 @@ fn bad_arguments_print_one_line_and_exit_with_2() {
             &["run", "--backend", "threads", "--envs-per-worker", "2"],
             "--envs-per-worker applies",
         ),
+        (
+            &["run", "--backend", "threads", "--exchange", "shm"],
+            "--exchange applies to --backend processes, not --backend threads",
+        ),
+        (
+            &["run", "--backend", "threads", "--exchange", "queue"],
+            "--exchange applies to --backend processes",
+        ),
+        (&["run", "--steps", "0"], "--steps"),
+        (
+            &["run", "--sync", "--min-get", "2"],
+            "--min-get applies to asynchronous runs, not --sync",
+        ),
         (&["run", "--bogus"], "--bogus"),
         (&["fly"], "fly"),
         (&["bench", "--env", "Nope"], "unknown env"),
@@ -152,7 +166,20 @@ fn short_runs_report_json() {
     let summary = json(&out);
     assert_eq!(summary["exchange"], "shm");
     assert_eq!(summary["backend"], "processes");
-    assert!(summary["stats"]["batches"].as_f64().unwrap() > 0.0);
+    // Counts are integers, ratios numbers.
+    assert!(
+        summary["stats"]["batches"].as_u64().unwrap() > 0,
+        "{summary}"
+    );
+    assert!(summary["stats"]["items"].as_u64().unwrap() > 0, "{summary}");
+    assert!(summary["stats"]["batch_fill_ratio"].is_f64(), "{summary}");
+    // Threads need no exchange: none is reported.
+    let out = rlpool(&["run", "--backend", "threads", "--steps", "100", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary = json(&out);
+    assert_eq!(summary["backend"], "threads");
+    assert!(summary["exchange"].is_null(), "{summary}");
+    assert!(summary["steps"].as_u64().unwrap() >= 100, "{summary}");
 }
 
 #[test]
@@ -174,6 +201,27 @@ fn the_main_job_shows_a_summary() {
     ] {
         assert!(stdout.contains(line), "{line} missing from:\n{stdout}");
     }
+    // Counts are whole numbers; only averages and ratios have decimals.
+    let value = |name: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} missing from:\n{stdout}"))
+            .trim()
+            .to_owned()
+    };
+    for count in ["steps:", "episodes:", "batches ", "items "] {
+        let shown = value(count);
+        assert!(shown.parse::<u64>().is_ok(), "{count} {shown}:\n{stdout}");
+    }
+    assert!(value("batch_fill_ratio").contains('.'), "{stdout}");
+    let out = rlpool(&["run", "--backend", "threads", "--steps", "100"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("exchange:     none (threads"),
+        "threads report no exchange:\n{stdout}"
+    );
 }
 
 #[test]
@@ -249,5 +297,58 @@ fn ctrl_c_ends_a_run_with_its_summary_and_reaps_the_workers() {
             !std::path::Path::new(&format!("/proc/{pid}")).exists(),
             "worker {pid} left"
         );
+    }
+}
+
+/// Runs `rlpool` with its stdout a pipe whose read end is closed before the
+/// program starts, as `rlpool envs | head -1` leaves it once `head` is done.
+fn rlpool_into_closed_pipe(args: &[&str]) -> Output {
+    let (reader, writer) = rustix::pipe::pipe().expect("a pipe");
+    drop(reader);
+    Command::new(env!("CARGO_BIN_EXE_rlpool"))
+        .args(args)
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run rlpool")
+}
+
+#[test]
+fn a_closed_stdout_ends_the_program_quietly() {
+    for args in [
+        &["envs"][..],
+        &["--help"],
+        &["run", "--help"],
+        // The header line, then (unreached) the summary.
+        &["run", "--backend", "threads", "--steps", "50"],
+        &["run", "--num-envs", "2", "--seconds", "0.2"],
+        // Only the JSON line at the end.
+        &["run", "--num-envs", "2", "--seconds", "0.2", "--json"],
+        &["run", "--backend", "threads", "--steps", "50", "--json"],
+        &[
+            "bench",
+            "--env",
+            "CountingEnv",
+            "--sizes",
+            "2",
+            "--seconds",
+            "0.05",
+            "--json",
+        ],
+        &[
+            "bench",
+            "--env",
+            "CountingEnv",
+            "--sizes",
+            "2",
+            "--seconds",
+            "0.05",
+        ],
+    ] {
+        let out = rlpool_into_closed_pipe(args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
     }
 }

@@ -1,0 +1,233 @@
+//! `rlpool bench`: pool configurations (backends, exchanges, sizes, sync and
+//! async) measured against the raw single-threaded env loop, as a table or
+//! one JSON line per measurement.
+
+use std::num::NonZeroUsize;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use pool::envs::Kwargs;
+use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions};
+use rand::SeedableRng;
+
+use crate::args::{BenchArgs, RunArgs};
+use crate::drive::drive;
+use crate::failure::{failed, usage, Failure};
+use crate::output::say;
+use crate::run::Plan;
+
+/// The longest `--seconds` accepted per measurement.
+const MAX_SECONDS: f64 = 60.0;
+
+/// Random actions drawn ahead for each env of the raw loop, used in turn.
+const RAW_ACTIONS: usize = 64;
+
+/// One measured configuration.
+#[derive(Debug)]
+struct Measured {
+    /// The configuration as shown in the table.
+    config: &'static str,
+    /// `threads` or `processes`; `None` for the raw loop.
+    backend: Option<&'static str>,
+    /// `queue` or `shm` for processes; `None` otherwise.
+    exchange: Option<&'static str>,
+    num_envs: usize,
+    mode: &'static str,
+    steps_per_second: f64,
+    /// Pool time per env-step minus the raw loop's, in nanoseconds.
+    overhead_ns: Option<f64>,
+}
+
+/// The pool configurations measured, each with its backend for `n` envs
+/// on `cores` cores.
+fn configs(
+    n: usize,
+    cores: usize,
+) -> [(&'static str, &'static str, Option<&'static str>, Backend); 3] {
+    let procs = |exchange| {
+        Backend::Multiprocessing(
+            ProcOptions::default()
+                .envs_per_worker(n.div_ceil(cores))
+                .exchange(exchange),
+        )
+    };
+    [
+        (
+            "threads",
+            "threads",
+            None,
+            Backend::Threading {
+                threads: None,
+                affinity: None,
+            },
+        ),
+        (
+            "processes, queue",
+            "processes",
+            Some("queue"),
+            procs(ExchangeMode::Queue),
+        ),
+        (
+            "processes, shm",
+            "processes",
+            Some("shm"),
+            procs(ExchangeMode::Shm),
+        ),
+    ]
+}
+
+/// `rlpool bench`.
+pub(crate) fn bench(args: &BenchArgs) -> Result<(), Failure> {
+    if !pool::envs::registered().contains(&args.env) {
+        return Err(usage(anyhow::anyhow!(
+            "unknown env {:?} (registered: {})",
+            args.env,
+            pool::envs::registered().join(", ")
+        )));
+    }
+    if !(args.seconds.is_finite() && args.seconds > 0.0 && args.seconds <= MAX_SECONDS) {
+        return Err(usage(anyhow::anyhow!(
+            "--seconds {}: expected a number of seconds in (0, {MAX_SECONDS}]",
+            args.seconds
+        )));
+    }
+    let budget = Duration::from_secs_f64(args.seconds);
+    let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+    if !args.json {
+        say!(
+            "{} on {cores} cores, {} s per measurement (async: min_get = N/2; overhead: pool time per env-step minus the raw loop's)",
+            args.env,
+            args.seconds
+        )?;
+        say!(
+            "{:>5}  {:<20} {:<6} {:>14} {:>16}",
+            "envs",
+            "config",
+            "mode",
+            "env-steps/s",
+            "overhead/step"
+        )?;
+    }
+    for &n in &args.sizes {
+        let n = n as usize;
+        let raw = raw_rate(&args.env, n, budget).map_err(failed)?;
+        print_row(
+            args,
+            &Measured {
+                config: "raw loop (1 thread)",
+                backend: None,
+                exchange: None,
+                num_envs: n,
+                mode: "sync",
+                steps_per_second: raw,
+                overhead_ns: None,
+            },
+        )?;
+        for (config, backend_name, exchange, backend) in configs(n, cores) {
+            for sync in [true, false] {
+                let run_args = RunArgs {
+                    env: args.env.clone(),
+                    num_envs: n as u32,
+                    sync,
+                    json: true,
+                    ..RunArgs::default()
+                };
+                let plan = Plan {
+                    num_envs: n,
+                    min_get: (n / 2).max(1),
+                    backend: backend.clone(),
+                    budget: Some(budget),
+                };
+                let pool = AsyncEnvPool::builder()
+                    .registered_n(&args.env, n, Kwargs::new())
+                    .backend(backend.clone())
+                    .build()
+                    .map_err(failed)?;
+                let never = AtomicBool::new(false);
+                let (tally, elapsed) = drive(&run_args, &plan, &pool, &never).map_err(failed)?;
+                pool.shutdown();
+                let rate = tally.steps as f64 / elapsed.as_secs_f64().max(1e-9);
+                print_row(
+                    args,
+                    &Measured {
+                        config,
+                        backend: Some(backend_name),
+                        exchange,
+                        num_envs: n,
+                        mode: if sync { "sync" } else { "async" },
+                        steps_per_second: rate,
+                        overhead_ns: Some((1.0 / rate - 1.0 / raw) * 1e9),
+                    },
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prints one measurement as it is made: a table row, or a JSON line.
+fn print_row(args: &BenchArgs, r: &Measured) -> Result<(), Failure> {
+    if args.json {
+        return say!(
+            "{}",
+            serde_json::json!({
+                "env": args.env,
+                "config": r.config,
+                "backend": r.backend,
+                "exchange": r.exchange,
+                "num_envs": r.num_envs,
+                "mode": r.mode,
+                "steps_per_second": r.steps_per_second,
+                "overhead_ns_per_env_step": r.overhead_ns,
+            })
+        );
+    }
+    let overhead = r
+        .overhead_ns
+        .map_or("-".to_owned(), |o| format!("{o:.0} ns"));
+    say!(
+        "{:>5}  {:<20} {:<6} {:>14.0} {:>16}",
+        r.num_envs,
+        r.config,
+        r.mode,
+        r.steps_per_second,
+        overhead
+    )
+}
+
+/// Env-steps per second of `n` envs stepped in turn by one thread: each
+/// env's `step_into` on reused buffers (the env's own cost, as in the divan
+/// benchmark's `raw`), with random actions drawn ahead ([`RAW_ACTIONS`] per
+/// env, used in turn), and `reset_into` when an episode ends.
+fn raw_rate(env: &str, n: usize, budget: Duration) -> Result<f64> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+    let mut envs = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut e = pool::envs::make(env, &Kwargs::new())?;
+        let root = e.reset(None)?;
+        let mut inputs = Vec::with_capacity(RAW_ACTIONS);
+        for _ in 0..RAW_ACTIONS {
+            let mut input = root.clone();
+            input.update(&e.rand_action(&mut rng))?;
+            inputs.push(input);
+        }
+        let next = e.step_template();
+        let reset = e.reset_template();
+        envs.push((e, inputs, next, reset));
+    }
+    let start = Instant::now();
+    let mut steps = 0u64;
+    let mut turn = 0;
+    while start.elapsed() < budget {
+        for (e, inputs, next, reset) in envs.iter_mut() {
+            e.step_into(&inputs[turn], next)?;
+            if next.tensor("done")?.as_slice::<bool>()?.contains(&true) {
+                e.reset_into(None, reset)?;
+            }
+            steps += 1;
+        }
+        turn = (turn + 1) % RAW_ACTIONS;
+    }
+    Ok(steps as f64 / start.elapsed().as_secs_f64())
+}

@@ -1,0 +1,180 @@
+//! The summary a run ends with: a few aligned lines for people, or one
+//! JSON line for programs (`--json`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use pool::ResolvedExchange;
+
+use crate::args::BackendArg;
+use crate::drive::Tally;
+use crate::failure::Failure;
+use crate::output::say;
+
+/// The exchange statistics that count things (batches, items): shown as
+/// whole numbers; the others are averages and ratios.
+const COUNTS: &[&str] = &["batches", "items"];
+
+/// What a run did.
+#[derive(Debug)]
+pub(crate) struct Summary<'a> {
+    /// The registered env's name.
+    pub(crate) env: &'a str,
+    /// Number of envs.
+    pub(crate) num_envs: usize,
+    /// Where the envs ran.
+    pub(crate) backend: BackendArg,
+    /// The exchange in use: `None` for threads, which need none.
+    pub(crate) exchange: Option<ResolvedExchange>,
+    /// Why `--exchange auto` chose the queue, if it did.
+    pub(crate) exchange_reason: Option<String>,
+    /// Whether the run used the synchronous API.
+    pub(crate) sync: bool,
+    /// Results waited for per asynchronous receive; `None` for `--sync`.
+    pub(crate) min_get: Option<usize>,
+    /// Steps, episodes and returns.
+    pub(crate) tally: Tally,
+    /// How long the run stepped.
+    pub(crate) elapsed: Duration,
+    /// Whether Ctrl-C ended the run.
+    pub(crate) interrupted: bool,
+    /// The worker processes (empty for threads), reaped by now.
+    pub(crate) worker_pids: Vec<u32>,
+    /// The exchange statistics by name (empty without shared memory).
+    pub(crate) stats: BTreeMap<String, f64>,
+}
+
+/// A resolved exchange as written in the summary.
+fn exchange_name(exchange: ResolvedExchange) -> &'static str {
+    match exchange {
+        ResolvedExchange::Shm => "shm",
+        ResolvedExchange::Queue => "queue",
+    }
+}
+
+/// One statistic as text: a count as a whole number, anything else with
+/// four decimals.
+fn stat_text(name: &str, value: f64) -> String {
+    if COUNTS.contains(&name) {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.4}")
+    }
+}
+
+/// One statistic as JSON: a count as an integer, anything else a number.
+fn stat_json(name: &str, value: f64) -> serde_json::Value {
+    if COUNTS.contains(&name) && value >= 0.0 && value.fract() == 0.0 {
+        serde_json::json!(value as u64)
+    } else {
+        serde_json::json!(value)
+    }
+}
+
+impl Summary<'_> {
+    /// Env-steps per second.
+    fn rate(&self) -> f64 {
+        self.tally.steps as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// The summary as one JSON object.
+    pub(crate) fn json(&self) -> serde_json::Value {
+        let stats: serde_json::Map<String, serde_json::Value> = self
+            .stats
+            .iter()
+            .map(|(name, &value)| (name.clone(), stat_json(name, value)))
+            .collect();
+        serde_json::json!({
+            "env": self.env,
+            "num_envs": self.num_envs,
+            "backend": self.backend.name(),
+            "exchange": self.exchange.map(exchange_name),
+            "mode": if self.sync { "sync" } else { "async" },
+            "min_get": self.min_get,
+            "steps": self.tally.steps,
+            "seconds": self.elapsed.as_secs_f64(),
+            "steps_per_second": self.rate(),
+            "episodes": self.tally.episodes,
+            "mean_return": self.tally.mean_return(),
+            "interrupted": self.interrupted,
+            "worker_pids": self.worker_pids,
+            "exchange_reason": self.exchange_reason,
+            "stats": stats,
+        })
+    }
+
+    /// Prints the summary as one JSON line.
+    pub(crate) fn print_json(&self) -> Result<(), Failure> {
+        say!("{}", self.json())
+    }
+
+    /// Prints the summary as aligned lines.
+    pub(crate) fn print_text(&self) -> Result<(), Failure> {
+        if self.interrupted {
+            say!("interrupted: the summary of what ran")?;
+        }
+        say!("steps:        {}", self.tally.steps)?;
+        say!("time:         {:.2} s", self.elapsed.as_secs_f64())?;
+        say!("throughput:   {:.0} env-steps/s", self.rate())?;
+        say!("episodes:     {}", self.tally.episodes)?;
+        if let Some(mean) = self.tally.mean_return() {
+            say!("mean return:  {mean:.2}")?;
+        }
+        match (self.exchange, &self.exchange_reason) {
+            (None, _) => say!("exchange:     none (threads share this process's memory)")?,
+            (Some(exchange), Some(reason)) => say!(
+                "exchange:     {} (auto chose it: {reason})",
+                exchange_name(exchange)
+            )?,
+            (Some(exchange), None) => say!("exchange:     {}", exchange_name(exchange))?,
+        }
+        if !self.stats.is_empty() {
+            say!("stats:")?;
+            for (name, &value) in &self.stats {
+                say!("  {name:<28} {}", stat_text(name, value))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_whole_numbers_and_ratios_keep_decimals() {
+        assert_eq!(stat_text("batches", 377000.0), "377000");
+        assert_eq!(stat_text("items", 12.0), "12");
+        assert_eq!(stat_text("batch_fill_ratio", 0.5), "0.5000");
+        assert_eq!(stat_json("batches", 377000.0), serde_json::json!(377000));
+        assert!(stat_json("batches", 3.0).is_u64());
+        assert!(stat_json("avg_batch_size", 8.0).is_f64());
+    }
+
+    #[test]
+    fn threads_have_no_exchange() {
+        let summary = Summary {
+            env: "CountingEnv",
+            num_envs: 2,
+            backend: BackendArg::Threads,
+            exchange: None,
+            exchange_reason: None,
+            sync: true,
+            min_get: None,
+            tally: Tally::default(),
+            elapsed: Duration::from_secs(1),
+            interrupted: false,
+            worker_pids: Vec::new(),
+            stats: BTreeMap::new(),
+        };
+        let json = summary.json();
+        assert_eq!(json["exchange"], serde_json::Value::Null);
+        assert_eq!(json["backend"], "threads");
+        assert_eq!(json["mean_return"], serde_json::Value::Null);
+        assert_eq!(json["min_get"], serde_json::Value::Null);
+        assert_eq!(json["mode"], "sync");
+        assert_eq!(exchange_name(ResolvedExchange::Shm), "shm");
+        assert_eq!(exchange_name(ResolvedExchange::Queue), "queue");
+    }
+}
