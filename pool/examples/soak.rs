@@ -262,8 +262,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     })?;
     for ((exchange, pool), steps) in pools.iter().zip(&steps) {
         println!(
-            "{exchange:?}: {steps} env-steps checked; stats {:?}",
+            "{exchange:?}: {steps} env-steps checked; stats: {}",
             pool.stats(false)
+                .map_or_else(|| "none".to_owned(), |s| s.to_string())
         );
     }
     println!(

@@ -73,12 +73,14 @@ mod dispatch;
 mod error;
 mod pool;
 mod pool_specs;
+mod stats;
 mod target;
 
 pub use crate::config::{Backend, EnvMaker, ResolvedExchange, StackMode};
 pub use crate::error::PoolError;
 pub use crate::pool::{AsyncEnvPool, PoolBuilder};
 pub use crate::pool_specs::PoolSpecs;
+pub use crate::stats::{PoolStats, StatValue};
 pub use crate::target::{Recv, Target};
 
 #[doc(inline)]

@@ -366,7 +366,7 @@ fn run(args: &RunArgs) -> Result<(), Failure> {
         })?;
     let stop = interrupted();
     let outcome = drive(args, &plan, &pool, &stop);
-    let stats = pool.stats(false);
+    let stats = pool.stats(false).map(|s| s.to_map()).unwrap_or_default();
     let exchange = pool.resolved_exchange();
     let worker_pids = pool.worker_pids();
     let reason = pool.exchange_reason().map(str::to_owned);
@@ -389,7 +389,16 @@ fn run(args: &RunArgs) -> Result<(), Failure> {
             "interrupted": stop.load(Ordering::SeqCst),
             "worker_pids": worker_pids,
             "exchange_reason": reason,
-            "stats": stats,
+            "stats": stats
+                .iter()
+                .map(|(&name, &value)| {
+                    let value = match value {
+                        pool::StatValue::Count(n) => serde_json::json!(n),
+                        pool::StatValue::Float(x) => serde_json::json!(x),
+                    };
+                    (name.to_owned(), value)
+                })
+                .collect::<serde_json::Map<_, _>>(),
         });
         println!("{line}");
         return Ok(());

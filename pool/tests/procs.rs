@@ -124,7 +124,7 @@ fn exchange_choice_and_report() {
         assert_eq!(pool.resolved_exchange(), ResolvedExchange::Queue);
         assert!(pool.exchange_reason().unwrap().contains("env 1"));
         assert!(pool.exchange_keys().is_empty());
-        assert!(pool.stats(false).is_empty());
+        assert_eq!(pool.stats(false), None);
         pool.reset(None).unwrap();
 
         let pool = AsyncEnvPool::builder()
@@ -545,17 +545,20 @@ fn deadline_batching_statistics() {
             )
             .unwrap();
         assert_eq!(env_index(&rest), [0, 2, 3]);
-        let stats = pool.stats(true);
-        assert_eq!(stats["batches"], 2.0);
-        assert_eq!(stats["items"], 4.0);
-        assert_eq!(stats["avg_batch_size"], 2.0);
+        let stats = pool.stats(true).expect("the shm exchange keeps statistics");
+        assert_eq!(stats.batches, 2);
+        assert_eq!(stats.items, 4);
+        assert_eq!(stats.avg_batch_size, 2.0);
         assert!(
-            (stats["batch_fill_ratio"] - 4.0 / 7.0).abs() < 1e-9,
+            (stats.batch_fill_ratio - 4.0 / 7.0).abs() < 1e-9,
             "{stats:?}"
         );
-        assert_eq!(stats["partial_batch_fraction"], 0.5);
-        assert_eq!(stats["consumer_busy_fraction"], 0.0);
-        assert_eq!(pool.stats(false)["batches"], 0.0);
+        assert_eq!(stats.partial_batch_fraction, 0.5);
+        assert_eq!(stats.consumer_busy_fraction, 0.0);
+        let map = stats.to_map();
+        assert_eq!(map["batches"], pool::StatValue::Count(2));
+        assert_eq!(map["items"], pool::StatValue::Count(4));
+        assert_eq!(pool.stats(false).map(|s| s.batches), Some(0));
     });
 }
 
