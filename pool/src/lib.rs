@@ -68,6 +68,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod batch;
 mod config;
 mod dispatch;
 mod error;
@@ -76,6 +77,7 @@ mod pool_specs;
 mod stats;
 mod target;
 
+pub use crate::batch::Batch;
 pub use crate::config::{Backend, EnvMaker, ResolvedExchange, StackMode};
 pub use crate::error::PoolError;
 pub use crate::pool::{AsyncEnvPool, PoolBuilder};

@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use pool_thread::Op;
-use tensordict::{NonTensor, StackedTensorDict, TensorDict};
+use tensordict::{NonTensor, TensorDict};
 
 use crate::dispatch::Dispatch;
-use crate::{PoolError, PoolSpecs, PoolStats, Recv, ResolvedExchange, StackMode, Target};
+use crate::{Batch, PoolError, PoolSpecs, PoolStats, Recv, ResolvedExchange, StackMode, Target};
 
 use self::book::{Book, EnvState, Job, Spare, Taken};
 pub use self::builder::PoolBuilder;
@@ -257,19 +257,19 @@ impl AsyncEnvPool {
     /// Receives a batch: waits, builds it, and only then releases the envs;
     /// a batch that cannot be built is an error and its results stay for the
     /// next receive (a per-env receive can take them one by one).
-    fn recv_batch(
-        &self,
-        op: Op,
-        recv: Recv,
-    ) -> Result<(StackedTensorDict, Option<StackedTensorDict>), PoolError> {
+    fn recv_batch(&self, op: Op, recv: Recv) -> Result<(Batch, Option<Batch>), PoolError> {
         let taken = self.collect(op, recv)?;
         match self.build(op, &taken) {
-            Ok(built) => {
+            Ok((step, root)) => {
                 self.backend().record_batch(&taken.envs, recv.max_get, op);
                 self.release(&taken.envs);
                 let Taken { envs, rows, .. } = taken;
-                self.book().spare = Spare { envs, rows };
-                Ok(built)
+                self.book().spare = Spare {
+                    envs: Vec::new(),
+                    rows,
+                };
+                let root = root.map(|root| Batch::new(root, envs.clone()));
+                Ok((Batch::new(step, envs), root))
             }
             Err(err) => {
                 self.put_back(op, &taken.envs, false);
@@ -327,7 +327,7 @@ impl AsyncEnvPool {
 
     /// Resets every env; `td` (batch size `[num_envs, ..]`) may carry state
     /// entries. An error if any env is in flight.
-    pub fn reset(&self, td: Option<TensorDict>) -> Result<StackedTensorDict, PoolError> {
+    pub fn reset(&self, td: Option<TensorDict>) -> Result<Batch, PoolError> {
         self.check_idle(Op::Reset)?;
         self.send(Op::Reset, td, Target::All)?;
         Ok(self.recv_batch(Op::Reset, Recv::all(self.num_envs()))?.0)
@@ -336,7 +336,7 @@ impl AsyncEnvPool {
     /// Steps every env with its row of `td`; returns `td`'s rows with the
     /// results under `"next"` and `"env_index"`. An error if any env is in
     /// flight.
-    pub fn step(&self, td: TensorDict) -> Result<StackedTensorDict, PoolError> {
+    pub fn step(&self, td: TensorDict) -> Result<Batch, PoolError> {
         self.check_idle(Op::Step)?;
         self.send(Op::Step, Some(td), Target::All)?;
         Ok(self.recv_batch(Op::Step, Recv::all(self.num_envs()))?.0)
@@ -344,10 +344,7 @@ impl AsyncEnvPool {
 
     /// Steps every env, resetting those that are done: returns the step
     /// results and the roots of the next step (reset where done).
-    pub fn step_and_maybe_reset(
-        &self,
-        td: TensorDict,
-    ) -> Result<(StackedTensorDict, StackedTensorDict), PoolError> {
+    pub fn step_and_maybe_reset(&self, td: TensorDict) -> Result<(Batch, Batch), PoolError> {
         self.check_idle(Op::StepAndMaybeReset)?;
         self.send(Op::StepAndMaybeReset, Some(td), Target::All)?;
         let (step, root) = self.recv_batch(Op::StepAndMaybeReset, Recv::all(self.num_envs()))?;
@@ -365,7 +362,7 @@ impl AsyncEnvPool {
     }
 
     /// Receives reset results (see [`Recv`]).
-    pub fn async_reset_recv(&self, recv: Recv) -> Result<StackedTensorDict, PoolError> {
+    pub fn async_reset_recv(&self, recv: Recv) -> Result<Batch, PoolError> {
         Ok(self.recv_batch(Op::Reset, recv)?.0)
     }
 
@@ -387,7 +384,7 @@ impl AsyncEnvPool {
 
     /// Receives step results (see [`Recv`]): the sent rows with the results
     /// under `"next"`, sorted by env, with `"env_index"`.
-    pub fn async_step_recv(&self, recv: Recv) -> Result<StackedTensorDict, PoolError> {
+    pub fn async_step_recv(&self, recv: Recv) -> Result<Batch, PoolError> {
         Ok(self.recv_batch(Op::Step, recv)?.0)
     }
 
@@ -414,10 +411,7 @@ impl AsyncEnvPool {
 
     /// Receives step-and-maybe-reset results: the step results and the roots
     /// of the next steps (reset where done).
-    pub fn async_step_and_maybe_reset_recv(
-        &self,
-        recv: Recv,
-    ) -> Result<(StackedTensorDict, StackedTensorDict), PoolError> {
+    pub fn async_step_and_maybe_reset_recv(&self, recv: Recv) -> Result<(Batch, Batch), PoolError> {
         let (step, root) = self.recv_batch(Op::StepAndMaybeReset, recv)?;
         Ok((step, root.expect("step_and_maybe_reset builds roots")))
     }
