@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use pool::envs::Kwargs;
 use pool::tensordict::{Entry, StackedTensorDict, TensorDict};
-use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions, Recv, Target};
+use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions, Recv, Target, ThreadOptions};
 use rand::SeedableRng;
 
 /// An asynchronous pool of reinforcement-learning environments.
@@ -198,6 +198,8 @@ struct Plan {
     num_envs: usize,
     min_get: usize,
     backend: Backend,
+    /// Worker processes (none for threads).
+    workers: Option<usize>,
     budget: Duration,
 }
 
@@ -231,7 +233,7 @@ fn plan(args: &RunArgs) -> Result<Plan, Failure> {
         )));
     }
     let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-    let backend = match args.backend {
+    let (backend, workers) = match args.backend {
         BackendArg::Threads => {
             if args.envs_per_worker.is_some() || args.exchange != ExchangeArg::Shm {
                 // The exchange's default is shm; only an explicit
@@ -242,10 +244,12 @@ fn plan(args: &RunArgs) -> Result<Plan, Failure> {
                     )));
                 }
             }
-            Backend::Threading {
-                threads: args.threads.and_then(|t| NonZeroUsize::new(t as usize)),
-                affinity: None,
-            }
+            (
+                Backend::Threading(
+                    ThreadOptions::default().threads(args.threads.map_or(0, |t| t as usize)),
+                ),
+                None,
+            )
         }
         BackendArg::Processes => {
             if args.threads.is_some() {
@@ -256,19 +260,25 @@ fn plan(args: &RunArgs) -> Result<Plan, Failure> {
             let per = args
                 .envs_per_worker
                 .map_or(num_envs.div_ceil(cores), |p| p as usize);
-            Backend::Multiprocessing(ProcOptions::default().envs_per_worker(per).exchange(
-                match args.exchange {
-                    ExchangeArg::Auto => ExchangeMode::Auto,
-                    ExchangeArg::Queue => ExchangeMode::Queue,
-                    ExchangeArg::Shm => ExchangeMode::Shm,
-                },
-            ))
+            let options =
+                ProcOptions::default()
+                    .envs_per_worker(per)
+                    .exchange(match args.exchange {
+                        ExchangeArg::Auto => ExchangeMode::Auto,
+                        ExchangeArg::Queue => ExchangeMode::Queue,
+                        ExchangeArg::Shm => ExchangeMode::Shm,
+                    });
+            (
+                Backend::Multiprocessing(options),
+                Some(num_envs.div_ceil(per)),
+            )
         }
     };
     Ok(Plan {
         num_envs,
         min_get,
         backend,
+        workers,
         budget: Duration::from_secs_f64(args.seconds),
     })
 }
@@ -445,12 +455,9 @@ fn drive(
     } else {
         format!("asynchronous, min_get {}", plan.min_get)
     };
-    let backend = match &plan.backend {
-        Backend::Multiprocessing(o) => format!(
-            "{} worker processes",
-            plan.num_envs.div_ceil(o.envs_per_worker.get())
-        ),
-        _ => "worker threads".to_string(),
+    let backend = match plan.workers {
+        Some(workers) => format!("{workers} worker processes"),
+        None => "worker threads".to_string(),
     };
     if !args.json {
         println!(
@@ -571,13 +578,7 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
             overhead_ns: None,
         });
         let configs: [(&str, Backend); 3] = [
-            (
-                "threads",
-                Backend::Threading {
-                    threads: None,
-                    affinity: None,
-                },
-            ),
+            ("threads", Backend::Threading(ThreadOptions::default())),
             (
                 "processes, queue",
                 Backend::Multiprocessing(
@@ -608,6 +609,7 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
                     num_envs: n,
                     min_get: (n / 2).max(1),
                     backend: backend.clone(),
+                    workers: None,
                     budget,
                 };
                 let pool = AsyncEnvPool::builder()

@@ -291,8 +291,14 @@ impl AsyncEnvPool {
                 self.release(&[env]);
                 Ok(result)
             }
-            Err(err @ (PoolError::Backend(_) | PoolError::Proc(_))) => {
-                // The env itself failed: its error is its result.
+            Err(
+                err @ (PoolError::EnvFailed { .. }
+                | PoolError::WorkerDied { .. }
+                | PoolError::Backend(_)
+                | PoolError::Proc(_)),
+            ) => {
+                // The env itself failed (or its worker): its error is its
+                // result.
                 self.release(&[env]);
                 Err(err)
             }

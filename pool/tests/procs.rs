@@ -378,11 +378,11 @@ fn a_killed_worker_is_an_error_never_a_hang() {
                 // No deadline: must return anyway.
                 match pool.async_step_recv(Recv::new()) {
                     Ok(batch) => ok.extend(env_index(&batch)),
-                    Err(PoolError::Proc(ProcError::WorkerDied {
+                    Err(PoolError::WorkerDied {
                         worker,
                         envs,
                         reason,
-                    })) => {
+                    }) => {
                         assert_eq!((worker, &envs), (0, &vec![0, 1]), "{reason}");
                         assert!(reason.contains("signal: 9"), "{reason}");
                         died.push(worker);
@@ -680,10 +680,7 @@ fn a_worker_killed_mid_step_is_reported_at_once() {
             let reported = Instant::now();
             let killed = killer.join().unwrap();
             assert!(
-                matches!(
-                    err,
-                    PoolError::Proc(ProcError::WorkerDied { worker: 0, .. })
-                ),
+                matches!(err, PoolError::WorkerDied { worker: 0, .. }),
                 "{err}"
             );
             // Measured: 3 ms (queue) and 9 ms (shm) from the start of the kill

@@ -2,8 +2,9 @@
 
 use std::sync::Mutex;
 
-use pool_proc::{ProcBackend, ProcOptions};
-use pool_thread::{ThreadBackend, ThreadOptions};
+use envs::Rows;
+use pool_proc::ProcBackend;
+use pool_thread::ThreadBackend;
 
 use super::assemble::env_index_value;
 use super::book::Book;
@@ -103,21 +104,20 @@ impl PoolBuilder {
                 }
             }
         }
+        // A dense batch gathers every result into rows of one batch: the
+        // backends do it as results arrive.
+        let rows = match self.stack {
+            StackMode::Dense => Rows::Batch,
+            StackMode::MaybeDense | StackMode::Lazy => Rows::PerEnv,
+        };
         let backend = match self.backend {
-            Backend::Threading { threads, affinity } => {
+            Backend::Threading(options) => {
                 let factories = self
                     .makers
                     .into_iter()
                     .map(EnvMaker::into_factory)
                     .collect();
-                let options = ThreadOptions {
-                    threads,
-                    // A dense batch gathers every result into rows of one
-                    // batch: the workers do it as they publish.
-                    batch_rows: self.stack == StackMode::Dense,
-                    affinity,
-                };
-                Dispatch::Threads(ThreadBackend::start(factories, &options)?)
+                Dispatch::Threads(ThreadBackend::start(factories, &options, rows)?)
             }
             Backend::Multiprocessing(options) => {
                 let mut entries = Vec::with_capacity(self.makers.len());
@@ -127,13 +127,7 @@ impl PoolBuilder {
                         MakerKind::Closure(_) => return Err(PoolError::NeedsRegistry { env }),
                     }
                 }
-                let options = ProcOptions {
-                    // As for threads: a dense batch takes results from
-                    // rows of one batch.
-                    batch_rows: self.stack == StackMode::Dense,
-                    ..options
-                };
-                Dispatch::Procs(ProcBackend::start(entries, &options)?)
+                Dispatch::Procs(ProcBackend::start(entries, &options, rows)?)
             }
         };
         let children = backend.env_specs();
