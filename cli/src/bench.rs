@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use pool::envs::Kwargs;
-use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions};
+use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions, ThreadOptions};
 use rand::SeedableRng;
 
 use crate::args::{BenchArgs, RunArgs};
@@ -57,10 +57,7 @@ fn configs(
             "threads",
             "threads",
             None,
-            Backend::Threading {
-                threads: None,
-                affinity: None,
-            },
+            Backend::Threading(ThreadOptions::default()),
         ),
         (
             "processes, queue",
@@ -137,6 +134,7 @@ pub(crate) fn bench(args: &BenchArgs) -> Result<(), Failure> {
                     num_envs: n,
                     min_get: (n / 2).max(1),
                     backend: backend.clone(),
+                    workers: None,
                     budget: Some(budget),
                 };
                 let pool = AsyncEnvPool::builder()

@@ -5,8 +5,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use pool::tensordict::{Entry, StackedTensorDict, TensorDict};
+use anyhow::{bail, Result};
+use pool::tensordict::{Entry, TensorDict};
 use pool::{AsyncEnvPool, Recv, Target};
 use rand::SeedableRng;
 
@@ -60,17 +60,6 @@ impl Tally {
     pub(crate) fn mean_return(&self) -> Option<f64> {
         (self.episodes > 0).then(|| self.returns_sum / self.episodes as f64)
     }
-}
-
-/// The `env_index` entries of a batch.
-fn env_ids(batch: &StackedTensorDict) -> Result<Vec<usize>> {
-    Ok(batch
-        .get_non_tensor("env_index")?
-        .as_int_vec()
-        .context("env_index holds integers")?
-        .into_iter()
-        .map(|i| i as usize)
-        .collect())
 }
 
 /// Random actions for `envs`, drawn from the pool's action spec.
@@ -139,7 +128,7 @@ pub(crate) fn drive(
                 Err(pool::PoolError::Timeout { .. }) => continue,
                 Err(err) => return Err(err.into()),
             };
-            let envs = env_ids(&step)?;
+            let envs = step.env_indices().to_vec();
             tally.add(&step.into_dense()?, &envs)?;
             pool.async_step_and_maybe_reset_send(actions.for_envs(&envs)?, Target::Envs(envs))?;
             progress.show(&tally);
@@ -147,7 +136,7 @@ pub(crate) fn drive(
         let in_flight = pool.in_flight().len();
         if in_flight > 0 {
             let (step, _) = pool.async_step_and_maybe_reset_recv(Recv::all(in_flight))?;
-            let envs = env_ids(&step)?;
+            let envs = step.env_indices().to_vec();
             tally.add(&step.into_dense()?, &envs)?;
         }
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pool::envs::Kwargs;
-use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions};
+use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions, ThreadOptions};
 
 use crate::args::{BackendArg, ExchangeArg, RunArgs};
 use crate::drive::drive;
@@ -30,6 +30,8 @@ pub(crate) struct Plan {
     pub(crate) min_get: usize,
     /// The pool's backend with its options.
     pub(crate) backend: Backend,
+    /// Worker processes (none for threads).
+    pub(crate) workers: Option<usize>,
     /// How long the run may take: `None` when only `--steps` bounds it.
     pub(crate) budget: Option<Duration>,
 }
@@ -93,7 +95,7 @@ pub(crate) fn plan(args: &RunArgs) -> Result<Plan, Failure> {
         (None, None) => Some(Duration::from_secs_f64(DEFAULT_SECONDS)),
     };
     let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-    let backend = match args.backend {
+    let (backend, workers) = match args.backend {
         BackendArg::Threads => {
             let process_only = [
                 ("--exchange", args.exchange.is_some()),
@@ -106,10 +108,12 @@ pub(crate) fn plan(args: &RunArgs) -> Result<Plan, Failure> {
                     BackendArg::Threads,
                 ));
             }
-            Backend::Threading {
-                threads: args.threads.and_then(|t| NonZeroUsize::new(t as usize)),
-                affinity: None,
-            }
+            (
+                Backend::Threading(
+                    ThreadOptions::default().threads(args.threads.map_or(0, |t| t as usize)),
+                ),
+                None,
+            )
         }
         BackendArg::Processes => {
             if args.threads.is_some() {
@@ -127,10 +131,12 @@ pub(crate) fn plan(args: &RunArgs) -> Result<Plan, Failure> {
                 ExchangeArg::Queue => ExchangeMode::Queue,
                 ExchangeArg::Shm => ExchangeMode::Shm,
             };
-            Backend::Multiprocessing(
-                ProcOptions::default()
-                    .envs_per_worker(per)
-                    .exchange(exchange),
+            let options = ProcOptions::default()
+                .envs_per_worker(per)
+                .exchange(exchange);
+            (
+                Backend::Multiprocessing(options),
+                Some(num_envs.div_ceil(per)),
             )
         }
     };
@@ -138,6 +144,7 @@ pub(crate) fn plan(args: &RunArgs) -> Result<Plan, Failure> {
         num_envs,
         min_get,
         backend,
+        workers,
         budget,
     })
 }
@@ -159,12 +166,9 @@ fn header(args: &RunArgs, plan: &Plan) -> String {
     } else {
         format!("asynchronous, min_get {}", plan.min_get)
     };
-    let backend = match &plan.backend {
-        Backend::Multiprocessing(o) => format!(
-            "{} worker processes",
-            plan.num_envs.div_ceil(o.envs_per_worker.get())
-        ),
-        _ => "worker threads".to_owned(),
+    let backend = match plan.workers {
+        Some(workers) => format!("{workers} worker processes"),
+        None => "worker threads".to_owned(),
     };
     let bound = match (plan.budget, args.steps) {
         (Some(budget), None) => format!("for {:.1} s", budget.as_secs_f64()),
@@ -248,10 +252,17 @@ mod tests {
         assert_eq!(plan.min_get, 8);
         assert_eq!(plan.num_envs, 16);
         assert_eq!(plan.budget, Some(Duration::from_secs(5)));
-        match plan.backend {
-            Backend::Multiprocessing(o) => assert_eq!(o.exchange, ExchangeMode::Shm),
-            other => panic!("{other:?}"),
-        }
+        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        let per = 16usize.div_ceil(cores);
+        assert_eq!(
+            plan.backend,
+            Backend::Multiprocessing(
+                ProcOptions::default()
+                    .envs_per_worker(per)
+                    .exchange(ExchangeMode::Shm)
+            )
+        );
+        assert_eq!(plan.workers, Some(16usize.div_ceil(per)));
     }
 
     #[test]
@@ -264,7 +275,7 @@ mod tests {
             Some(Duration::from_secs(2))
         );
         let threads = plan(&run_args("run --backend threads --threads 2")).unwrap();
-        assert!(matches!(threads.backend, Backend::Threading { .. }));
+        assert!(matches!(threads.backend, Backend::Threading(_)));
         assert!(header(
             &run_args("run --steps 10"),
             &plan(&run_args("run --steps 10")).unwrap()

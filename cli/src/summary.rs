@@ -1,19 +1,14 @@
 //! The summary a run ends with: a few aligned lines for people, or one
 //! JSON line for programs (`--json`).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use pool::ResolvedExchange;
+use pool::{PoolStats, ResolvedExchange, StatValue};
 
 use crate::args::BackendArg;
 use crate::drive::Tally;
 use crate::failure::Failure;
 use crate::output::say;
-
-/// The exchange statistics that count things (batches, items): shown as
-/// whole numbers; the others are averages and ratios.
-const COUNTS: &[&str] = &["batches", "items"];
 
 /// What a run did.
 #[derive(Debug)]
@@ -40,8 +35,8 @@ pub(crate) struct Summary<'a> {
     pub(crate) interrupted: bool,
     /// The worker processes (empty for threads), reaped by now.
     pub(crate) worker_pids: Vec<u32>,
-    /// The exchange statistics by name (empty without shared memory).
-    pub(crate) stats: BTreeMap<String, f64>,
+    /// The exchange statistics (none without shared memory).
+    pub(crate) stats: Option<PoolStats>,
 }
 
 /// A resolved exchange as written in the summary.
@@ -54,20 +49,15 @@ fn exchange_name(exchange: ResolvedExchange) -> &'static str {
 
 /// One statistic as text: a count as a whole number, anything else with
 /// four decimals.
-fn stat_text(name: &str, value: f64) -> String {
-    if COUNTS.contains(&name) {
-        format!("{value:.0}")
-    } else {
-        format!("{value:.4}")
-    }
+fn stat_text(value: StatValue) -> String {
+    format!("{value:.4}")
 }
 
 /// One statistic as JSON: a count as an integer, anything else a number.
-fn stat_json(name: &str, value: f64) -> serde_json::Value {
-    if COUNTS.contains(&name) && value >= 0.0 && value.fract() == 0.0 {
-        serde_json::json!(value as u64)
-    } else {
-        serde_json::json!(value)
+fn stat_json(value: StatValue) -> serde_json::Value {
+    match value {
+        StatValue::Count(n) => serde_json::json!(n),
+        StatValue::Float(x) => serde_json::json!(x),
     }
 }
 
@@ -82,7 +72,8 @@ impl Summary<'_> {
         let stats: serde_json::Map<String, serde_json::Value> = self
             .stats
             .iter()
-            .map(|(name, &value)| (name.clone(), stat_json(name, value)))
+            .flat_map(PoolStats::to_map)
+            .map(|(name, value)| (name.to_owned(), stat_json(value)))
             .collect();
         serde_json::json!({
             "env": self.env,
@@ -128,10 +119,10 @@ impl Summary<'_> {
             )?,
             (Some(exchange), None) => say!("exchange:     {}", exchange_name(exchange))?,
         }
-        if !self.stats.is_empty() {
+        if let Some(stats) = &self.stats {
             say!("stats:")?;
-            for (name, &value) in &self.stats {
-                say!("  {name:<28} {}", stat_text(name, value))?;
+            for (name, value) in stats.to_map() {
+                say!("  {name:<28} {}", stat_text(value))?;
             }
         }
         Ok(())
@@ -144,12 +135,15 @@ mod tests {
 
     #[test]
     fn counts_are_whole_numbers_and_ratios_keep_decimals() {
-        assert_eq!(stat_text("batches", 377000.0), "377000");
-        assert_eq!(stat_text("items", 12.0), "12");
-        assert_eq!(stat_text("batch_fill_ratio", 0.5), "0.5000");
-        assert_eq!(stat_json("batches", 377000.0), serde_json::json!(377000));
-        assert!(stat_json("batches", 3.0).is_u64());
-        assert!(stat_json("avg_batch_size", 8.0).is_f64());
+        assert_eq!(stat_text(StatValue::Count(377000)), "377000");
+        assert_eq!(stat_text(StatValue::Count(12)), "12");
+        assert_eq!(stat_text(StatValue::Float(0.5)), "0.5000");
+        assert_eq!(
+            stat_json(StatValue::Count(377000)),
+            serde_json::json!(377000)
+        );
+        assert!(stat_json(StatValue::Count(3)).is_u64());
+        assert!(stat_json(StatValue::Float(8.0)).is_f64());
     }
 
     #[test]
@@ -166,7 +160,7 @@ mod tests {
             elapsed: Duration::from_secs(1),
             interrupted: false,
             worker_pids: Vec::new(),
-            stats: BTreeMap::new(),
+            stats: None,
         };
         let json = summary.json();
         assert_eq!(json["exchange"], serde_json::Value::Null);

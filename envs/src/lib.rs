@@ -57,4 +57,4 @@ pub use crate::kwargs::{KwValue, Kwargs, KwargsReader};
 pub use crate::latency::{LatencyConfig, LatencyEnv, Wait};
 pub use crate::pendulum::Pendulum;
 pub use crate::registry::{make, register, registered, Constructor, Registry};
-pub use crate::runner::{panic_message, Op, RunError, Runner};
+pub use crate::runner::{panic_message, Op, Rows, RunError, Runner};

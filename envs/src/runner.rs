@@ -18,6 +18,20 @@ pub enum Op {
     StepAndMaybeReset,
 }
 
+/// Where a pool's backend leaves each env's result for the caller: what
+/// the pool chooses for its stack mode, not an option of its user.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Rows {
+    /// In the env's own buffers only.
+    #[default]
+    PerEnv,
+    /// Also in the env's row of a batch of all envs (EnvPool's state
+    /// buffer), when every env's results have one layout, so that a
+    /// receive of many results copies nothing more: what a dense stack
+    /// wants.
+    Batch,
+}
+
 impl Op {
     /// `"reset"`, `"step"` or `"step_and_maybe_reset"`.
     pub fn name(self) -> &'static str {

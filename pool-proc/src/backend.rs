@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use envs::{EnvSpecs, Kwargs, Op};
+use envs::{EnvSpecs, Kwargs, Op, Rows};
 use exchange::{Bells, Exchange, ReadError, Schema};
 use tensordict::{NestedKey, TensorDict};
 
@@ -105,7 +105,7 @@ struct Worker {
 /// in its rows).
 const CELL_STALE: u8 = 1;
 
-/// With [`ProcOptions::batch_rows`] and the shm exchange: every env's
+/// With [`Rows::Batch`] and the shm exchange: every env's
 /// latest result in its row of two batches of all envs, read there straight
 /// out of its slot (its cell is filled from the rows only when read one by
 /// one). Locked before any cell, never after one.
@@ -262,10 +262,14 @@ impl ProcBackend {
     /// arguments of env `i`), and sets up the exchange. Options are checked
     /// before anything starts; a worker or env that fails to start is an
     /// error naming it, and every worker already started is killed and
-    /// reaped.
+    /// reaped. With [`Rows::Batch`] and the shm exchange, results are read
+    /// out of the slots straight into each env's row of two batches of all
+    /// envs (see [`ProcBackend::gather`]); an env's own result buffers are
+    /// filled from its rows only when read one by one.
     pub fn start(
         envs: Vec<(String, Kwargs)>,
         options: &ProcOptions,
+        rows: Rows,
     ) -> Result<ProcBackend, ProcError> {
         let n = envs.len();
         let per = options.envs_per_worker.get();
@@ -486,7 +490,7 @@ impl ProcBackend {
             None => (None, None),
         };
         let batches = match &shm {
-            Some(exchange) if options.batch_rows => exchange
+            Some(exchange) if rows == Rows::Batch => exchange
                 .zeros_rows(exchange::Area::Result, n)
                 .and_then(|next| Ok((next, exchange.zeros_rows(exchange::Area::Next, n)?)))
                 .ok(),
@@ -792,7 +796,7 @@ impl ProcBackend {
 
     /// Whether env `env`'s result (or failure) is ready to be taken. With
     /// the shm exchange, a result newly published in its slot is read here:
-    /// into its rows with [`ProcOptions::batch_rows`], else into its cell.
+    /// into its rows with [`Rows::Batch`], else into its cell.
     pub fn is_done(&self, env: usize) -> bool {
         let slot = &self.shared.slots[env];
         // Acquire: pairs with the Release of DONE / FAILED.
@@ -954,7 +958,7 @@ impl ProcBackend {
 
     /// The results of `op` of `envs` (done, none failed, distinct,
     /// ascending) as batches, from the batch rows that
-    /// [`ProcOptions::batch_rows`] fills with the shm exchange: the
+    /// [`Rows::Batch`] fills with the shm exchange: the
     /// `"next"` batch (for a step) and the root batch (for a reset or
     /// step-and-maybe-reset). For all envs in order these are the rows
     /// themselves (shared: the next results are written into a copy if the

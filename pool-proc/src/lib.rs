@@ -53,3 +53,4 @@ pub use crate::error::ProcError;
 pub use crate::options::{libtest_worker_args, ExchangeMode, ProcOptions};
 pub use crate::worker::{init, is_worker};
 pub use affinity::{available_cpus, current_cpus, Affinity, AffinityError, CpuList};
+pub use envs::Rows;

@@ -32,50 +32,43 @@ pub enum ExchangeMode {
 ///     .envs_per_worker(4)
 ///     .exchange(ExchangeMode::Shm)
 ///     .affinity(Affinity::by_worker(|w| vec![w % 2]));
-/// assert_eq!(options.envs_per_worker.get(), 4);
+/// # let _ = options;
 /// ```
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ProcOptions {
     /// Envs hosted by each worker process (default 1). The last worker may
     /// host fewer.
-    pub envs_per_worker: NonZeroUsize,
+    pub(crate) envs_per_worker: NonZeroUsize,
     /// Threads that run each worker's envs (default: as many as the CPUs
     /// the worker may use — its affinity set, else this process's CPUs
     /// shared among the workers — at least one, at most one per env). An
     /// env runs on one of them at a time; a worker starts a spare thread
     /// when all of them are stuck inside envs while commands wait.
-    pub threads_per_worker: Option<NonZeroUsize>,
+    pub(crate) threads_per_worker: Option<NonZeroUsize>,
     /// The exchange (default [`ExchangeMode::Auto`]).
-    pub exchange: ExchangeMode,
+    pub(crate) exchange: ExchangeMode,
     /// One CPU set per worker, applied in the worker before any env is
     /// built (default: none).
-    pub affinity: Option<Affinity>,
+    pub(crate) affinity: Option<Affinity>,
     /// The program a worker runs (default: this one, `current_exe`). Any
     /// program whose `main` calls the init function and registers the same
     /// envs will do.
-    pub program: Option<PathBuf>,
+    pub(crate) program: Option<PathBuf>,
     /// Arguments for the program when it is started again as a worker
     /// (default: none). A test binary needs the arguments that run only the
     /// test calling the init function: see [`libtest_worker_args`].
-    pub worker_args: Vec<OsString>,
+    pub(crate) worker_args: Vec<OsString>,
     /// Whether the workers' standard output is thrown away (default:
     /// false, it is this process's). Test binaries set it: the test
     /// harness of each worker prints its own banner.
-    pub quiet: bool,
+    pub(crate) quiet: bool,
     /// How long a worker may take to start, pin itself and build its envs
     /// (default 60 s).
-    pub start_timeout: Duration,
+    pub(crate) start_timeout: Duration,
     /// How long shutdown waits for a worker to exit before killing it
     /// (default 2 s).
-    pub shutdown_timeout: Duration,
-    /// With the shm exchange, results are read out of the slots straight
-    /// into each env's row of two batches of all envs (EnvPool's state
-    /// buffer, as `pool_thread::ThreadOptions::batch_rows`), so that a
-    /// receive of many results copies nothing more (see
-    /// [`crate::ProcBackend::gather`]); an env's own result buffers are
-    /// filled from its rows only when read one by one. What a dense stack
-    /// wants: the pool sets it. Default off.
-    pub batch_rows: bool,
+    pub(crate) shutdown_timeout: Duration,
 }
 
 impl Default for ProcOptions {
@@ -90,7 +83,6 @@ impl Default for ProcOptions {
             quiet: false,
             start_timeout: Duration::from_secs(60),
             shutdown_timeout: Duration::from_secs(2),
-            batch_rows: false,
         }
     }
 }
@@ -142,7 +134,7 @@ impl ProcOptions {
     ///
     /// ```
     /// let options = pool_proc::ProcOptions::for_test("rlpool_worker");
-    /// assert!(options.quiet);
+    /// # let _ = options;
     /// ```
     pub fn for_test(test: &str) -> ProcOptions {
         ProcOptions {

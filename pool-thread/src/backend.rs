@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use affinity::Affinity;
 use envs::{Env, EnvError, EnvSpecs, Runner};
 use tensordict::TensorDict;
 
@@ -19,31 +18,12 @@ use smallvec::SmallVec;
 /// Chunks up to this many envs keep their per-chunk lists on the stack.
 const CHUNK_INLINE: usize = 16;
 use crate::signal::Signal;
-use crate::ThreadError;
+use crate::{Rows, ThreadError, ThreadOptions};
 
 pub use envs::Op;
 
 /// Builds one env, in the thread that builds the backend.
 pub type EnvFactory = Box<dyn FnOnce() -> Result<Box<dyn Env>, EnvError> + Send>;
-
-/// Options of the threading backend.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ThreadOptions {
-    /// Number of worker threads; default: as many as the machine has cores,
-    /// at most one per env.
-    pub threads: Option<NonZeroUsize>,
-    /// Workers also copy each result into its env's row of a batch shared by
-    /// all envs (EnvPool's state buffer), when every env's results have one
-    /// layout, so that a receive of many results copies nothing more (see
-    /// [`ThreadBackend::gather`]): what a dense stack wants. Default off.
-    pub batch_rows: bool,
-    /// The CPUs each worker thread may run on (default: wherever the
-    /// scheduler puts it). Validated before any env is built (one set per
-    /// worker thread, each non-empty and available to this process); each
-    /// worker thread pins itself as it starts, before it steps any env, and
-    /// [`ThreadBackend::start`] returns once every worker has.
-    pub affinity: Option<Affinity>,
-}
 
 /// How long shutdown waits for the worker threads to finish the envs they
 /// are stepping before it leaves them behind.
@@ -277,7 +257,7 @@ struct Shared {
     /// receivers that take fewer results than are ready take the oldest
     /// first.
     published: Vec<AtomicU64>,
-    /// With [`ThreadOptions::batch_rows`] and envs of one layout: every
+    /// With [`Rows::Batch`] and envs of one layout: every
     /// env's latest result in its row of a batch. Locked after a chunk's
     /// cells, never before one.
     batch: Option<Mutex<BatchRows>>,
@@ -353,6 +333,7 @@ impl ThreadBackend {
     pub fn start(
         factories: Vec<EnvFactory>,
         options: &ThreadOptions,
+        rows: Rows,
     ) -> Result<ThreadBackend, ThreadError> {
         let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
         let workers = options
@@ -394,7 +375,7 @@ impl ThreadBackend {
             cells.push(Mutex::new(cell));
         }
         let inputs = Inputs::new(&cells, &specs);
-        let batch = if options.batch_rows {
+        let batch = if rows == Rows::Batch {
             BatchRows::new(&cells).map(Mutex::new)
         } else {
             None
@@ -788,7 +769,7 @@ impl ThreadBackend {
 
     /// The results of `op` of `envs` (done, distinct, ascending) as batches,
     /// from the batch rows that workers fill with
-    /// [`ThreadOptions::batch_rows`]: the `"next"` batch (for a step) and the
+    /// [`Rows::Batch`]: the `"next"` batch (for a step) and the
     /// root batch (for a reset or step-and-maybe-reset). For all envs in
     /// order these are the backend's batches themselves (shared: the next
     /// results are written into a copy if the caller still holds them);
@@ -1109,7 +1090,7 @@ mod tests {
     fn a_receiver_helps_only_while_envs_are_quick_and_workers_are_not_pinned() {
         let hold = Arc::new(AtomicBool::new(true));
         let ran_on = Arc::new(Mutex::new(Vec::new()));
-        let start = |affinity: Option<Affinity>| {
+        let start = |affinity: Option<affinity::Affinity>| {
             let factories: Vec<EnvFactory> = (0..4)
                 .map(|index| {
                     let (hold, ran_on) = (Arc::clone(&hold), Arc::clone(&ran_on));
@@ -1123,12 +1104,11 @@ mod tests {
                     }) as EnvFactory
                 })
                 .collect();
-            let options = ThreadOptions {
-                threads: NonZeroUsize::new(1),
-                affinity,
-                ..ThreadOptions::default()
-            };
-            let backend = ThreadBackend::start(factories, &options).unwrap();
+            let mut options = ThreadOptions::default().threads(1);
+            if let Some(affinity) = affinity {
+                options = options.affinity(affinity);
+            }
+            let backend = ThreadBackend::start(factories, &options, Rows::PerEnv).unwrap();
             let all: Vec<(usize, Option<usize>)> = (0..4).map(|env| (env, None)).collect();
             backend.send(Op::Reset, &all, None).unwrap();
             collect(&backend, 4);
@@ -1143,7 +1123,7 @@ mod tests {
         for pinned in [false, true] {
             let affinity = pinned.then(|| {
                 let cpu = affinity::available_cpus().unwrap()[0];
-                Affinity::per_worker([[cpu]])
+                affinity::Affinity::per_worker([[cpu]])
             });
             let backend = start(affinity);
             hold.store(true, Ordering::SeqCst);

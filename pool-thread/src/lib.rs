@@ -9,7 +9,7 @@
 //! few pulls), or of another's when its own is empty, copies each env's
 //! inputs into its slot, runs `reset_into` / `step_into` on each, catches
 //! any panic, and publishes the chunk's results in their slots (with
-//! [`ThreadOptions::batch_rows`], also copied column by column into each
+//! [`Rows::Batch`], also copied column by column into each
 //! env's row of a batch of all envs, EnvPool's state buffer, so that a
 //! receive of many results copies nothing more); the owner waits for results
 //! (spinning briefly, then sleeping, always with an optional deadline) and
@@ -21,13 +21,13 @@
 //!
 //! ```
 //! use envs::{Env, Kwargs};
-//! use pool_thread::{EnvFactory, Op, ThreadBackend, ThreadOptions};
+//! use pool_thread::{EnvFactory, Op, Rows, ThreadBackend, ThreadOptions};
 //! use tensordict::{Tensor, TensorDict};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let factories: Vec<EnvFactory> = (0..4)
 //!     .map(|_| Box::new(|| envs::make("CountingEnv", &Kwargs::new())) as EnvFactory)
 //!     .collect();
-//! let backend = ThreadBackend::start(factories, &ThreadOptions::default())?;
+//! let backend = ThreadBackend::start(factories, &ThreadOptions::default(), Rows::PerEnv)?;
 //!
 //! // One action per env, in the rows of a batch.
 //! let mut actions = TensorDict::new(&[4]);
@@ -56,8 +56,11 @@
 
 mod backend;
 mod error;
+mod options;
 mod queue;
 mod signal;
 
-pub use crate::backend::{EnvFactory, EnvOutput, Op, ThreadBackend, ThreadOptions, SHUTDOWN_GRACE};
+pub use crate::backend::{EnvFactory, EnvOutput, Op, ThreadBackend, SHUTDOWN_GRACE};
 pub use crate::error::ThreadError;
+pub use crate::options::ThreadOptions;
+pub use envs::Rows;

@@ -26,7 +26,6 @@
 //! `pool::init()` first, which never returns in a worker.
 
 use std::fmt;
-use std::num::NonZeroUsize;
 
 use divan::counter::ItemsCount;
 use divan::{black_box, Bencher};
@@ -99,10 +98,7 @@ impl Kind {
                 .exchange(exchange)
         };
         match self {
-            Kind::Threads => Backend::Threading {
-                threads: NonZeroUsize::new(2),
-                affinity: None,
-            },
+            Kind::Threads => Backend::Threading(pool::ThreadOptions::default().threads(2)),
             Kind::ProcsQueue => Backend::Multiprocessing(procs(ExchangeMode::Queue)),
             Kind::ProcsShm => Backend::Multiprocessing(procs(ExchangeMode::Shm)),
             Kind::ProcsShmPinned => {

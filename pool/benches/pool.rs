@@ -191,10 +191,9 @@ fn latency_50us_8_envs(bencher: Bencher<'_, '_>, how: &str) {
     } else {
         let pool = AsyncEnvPool::builder()
             .registered_n("LatencyEnv", 8, kwargs)
-            .backend(pool::Backend::Threading {
-                threads: std::num::NonZeroUsize::new(2),
-                affinity: None,
-            })
+            .backend(pool::Backend::Threading(
+                pool::ThreadOptions::default().threads(2),
+            ))
             .build()
             .expect("pool");
         pool.reset(None).expect("reset");

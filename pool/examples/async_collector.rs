@@ -55,13 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let batch = pool.async_step_recv(Recv::new().min_get(half).max_get(half))?;
         done += batch.len();
         policy();
-        let ids: Vec<usize> = batch
-            .get_non_tensor("env_index")?
-            .as_int_vec()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|i| i as usize)
-            .collect();
+        let ids = batch.env_indices().to_vec();
         pool.async_step_send(actions(ids.len())?, Target::Envs(ids))?;
     }
     // Collect what is still in flight before the pool is dropped.

@@ -7,7 +7,7 @@
 
 use envs::Kwargs;
 use pool::{AsyncEnvPool, Recv, StackMode, Target};
-use tensordict::{StackedTensorDict, Tensor, TensorDict};
+use tensordict::{Tensor, TensorDict};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dense = AsyncEnvPool::builder()
@@ -35,7 +35,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     torque.set("action", Tensor::from_vec(&[1, 1], vec![0.5f32])?)?;
     pool.async_step_send(push, Target::Envs(vec![0]))?;
     pool.async_step_send(torque, Target::Envs(vec![1]))?;
-    let batch: StackedTensorDict = pool.async_step_recv(Recv::new().min_get(2))?;
+    let batch = pool.async_step_recv(Recv::new().min_get(2))?;
+    assert_eq!(batch.env_indices(), &[0, 1]);
+    // Lazy: one tensordict per env, each with its own keys and shapes.
+    assert!(!batch.is_dense());
     println!(
         "\nrewards of both envs, stacked: {:?}",
         batch.get_tensor(("next", "reward"))?.to_vec::<f32>()?

@@ -64,15 +64,18 @@ fn actions(n: usize) -> Result<TensorDict, Box<dyn Error>> {
     Ok(td)
 }
 
-/// The envs of a batch, from its `env_index`.
-fn env_ids(batch: &pool::tensordict::StackedTensorDict) -> Result<Vec<usize>, Box<dyn Error>> {
-    Ok(batch
-        .get_non_tensor("env_index")?
-        .as_int_vec()
-        .ok_or("env_index holds integers")?
-        .into_iter()
-        .map(|i| i as usize)
-        .collect())
+/// The envs of a batch; its `env_index` column must name the same.
+fn env_ids(batch: &pool::Batch) -> Result<Vec<usize>, Box<dyn Error>> {
+    let column = batch.get_non_tensor("env_index")?.as_int_vec();
+    let envs: Vec<i64> = batch.env_indices().iter().map(|&e| e as i64).collect();
+    if column.as_ref() != Some(&envs) {
+        return Err(format!(
+            "env_index column {column:?} differs from the batch's envs {:?}",
+            batch.env_indices()
+        )
+        .into());
+    }
+    Ok(batch.env_indices().to_vec())
 }
 
 /// Drives one pool until `stop`; returns the env-steps checked.
@@ -262,8 +265,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     })?;
     for ((exchange, pool), steps) in pools.iter().zip(&steps) {
         println!(
-            "{exchange:?}: {steps} env-steps checked; stats {:?}",
+            "{exchange:?}: {steps} env-steps checked; stats: {}",
             pool.stats(false)
+                .map_or_else(|| "none".to_owned(), |s| s.to_string())
         );
     }
     println!(

@@ -2,48 +2,42 @@
 //! backend inside its variant), `StackMode`, `ResolvedExchange`, and
 //! `EnvMaker`.
 
-use std::num::NonZeroUsize;
-
 use envs::{Env, EnvError, Kwargs};
+use pool_proc::ProcOptions;
+use pool_thread::ThreadOptions;
 
-/// Where the envs run. Options valid for one backend only live inside its
-/// variant, so that a wrong combination does not compile.
+/// Where the envs run, with the options of that backend inside its
+/// variant, so that an option of the other backend does not compile.
+///
+/// ```
+/// use pool::{Backend, ExchangeMode, ProcOptions, ThreadOptions};
+/// let threads = Backend::Threading(ThreadOptions::default().threads(4));
+/// let procs = Backend::Multiprocessing(ProcOptions::default().exchange(ExchangeMode::Shm));
+/// # let _ = (threads, procs);
+/// ```
 ///
 /// ```compile_fail
-/// // The threading backend has no shared-memory exchange option:
-/// let backend = pool::Backend::Threading { threads: None, affinity: None, exchange: pool::ExchangeMode::Shm };
+/// // The threading backend has no exchange: its results stay in memory.
+/// let backend = pool::Backend::Threading(
+///     pool::ThreadOptions::default().exchange(pool::ExchangeMode::Shm),
+/// );
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Backend {
-    /// Worker threads in this process that pull env tasks from a queue.
-    /// Results travel in memory (the "queue" exchange).
-    Threading {
-        /// Number of worker threads; default: as many as the machine has
-        /// cores, at most one per env.
-        threads: Option<NonZeroUsize>,
-        /// The CPUs each worker thread may run on ([`crate::Affinity`]: one
-        /// set per worker thread, or a function of its index); default:
-        /// wherever the scheduler puts it. Validated before any env is
-        /// built; each worker thread pins itself before it steps any env.
-        /// `Affinity::per_worker` must give one set per worker thread: as
-        /// many as `threads`, or by default as the machine has cores, at
-        /// most one per env (`Affinity::by_worker` fits any count).
-        affinity: Option<crate::Affinity>,
-    },
+    /// Worker threads in this process that pull env tasks from a queue
+    /// (default: as many as the machine has cores, at most one per env).
+    Threading(ThreadOptions),
     /// Worker processes: the program started again in worker mode (its
     /// `main` calls [`crate::init`] first), envs built there by registry
     /// name. Results travel through shared-memory slots or the workers'
-    /// sockets ([`ProcOptions::exchange`](pool_proc::ProcOptions)).
-    Multiprocessing(pool_proc::ProcOptions),
+    /// sockets ([`ProcOptions::exchange`]).
+    Multiprocessing(ProcOptions),
 }
 
 impl Default for Backend {
     fn default() -> Self {
-        Backend::Threading {
-            threads: None,
-            affinity: None,
-        }
+        Backend::Threading(ThreadOptions::default())
     }
 }
 

@@ -156,15 +156,60 @@ pub enum PoolError {
     /// The pool was shut down.
     #[error("the pool is shut down")]
     ShutDown,
-    /// An env failed, panicked or got an invalid input (the message names
-    /// the env), or the backend failed.
+    /// An env failed: its `reset` or `step` returned an error or panicked.
+    /// The same error on every backend; the backend's own error is its
+    /// source ([`EnvFailure`]). The env is idle again; other envs go on.
+    #[error("env {env} ({name}{}) failed during {during}: {}", worker_suffix(*worker), cause.detail())]
+    EnvFailed {
+        /// The env's index.
+        env: usize,
+        /// The env's name.
+        name: String,
+        /// The worker process that ran it (`None` on the threading
+        /// backend, whose worker threads share every env).
+        worker: Option<usize>,
+        /// `"reset"` or `"step"`.
+        during: String,
+        /// What happened, as the backend reported it.
+        #[source]
+        cause: EnvFailure,
+    },
+    /// The input sent to an env does not fit its input buffer (a missing
+    /// action key, a wrong dtype or shape): nothing was sent to any env of
+    /// the send.
+    #[error("env {env} ({name}): invalid input: {source}")]
+    Input {
+        /// The first env whose input does not fit.
+        env: usize,
+        /// The env's name.
+        name: String,
+        /// What is wrong (the key, dtype or shape).
+        source: Box<TensorDictError>,
+    },
+    /// A worker process died (it exited, was killed, or broke the
+    /// protocol): its envs' results are lost and its envs cannot be used
+    /// again; the other workers' envs go on.
+    #[error("worker {worker} (envs {envs:?}) died: {reason}")]
+    WorkerDied {
+        /// The worker's index.
+        worker: usize,
+        /// Its envs.
+        envs: Vec<usize>,
+        /// How (exit status or signal, or the protocol error that ended
+        /// it).
+        reason: String,
+    },
+    /// The threading backend failed for a reason other than an env's
+    /// failure (an env that could not be built, a worker thread that could
+    /// not start, bad affinity).
     #[error(transparent)]
-    Backend(#[from] ThreadError),
-    /// The process backend failed: a worker that could not start or died,
-    /// an env that failed in its worker (the message names the worker and
-    /// env), bad affinity, an exchange that cannot carry the envs' data.
+    Backend(ThreadError),
+    /// The process backend failed for a reason other than an env's failure
+    /// or a worker's death: a worker that could not start, an env that
+    /// could not be built in it, bad affinity, an exchange that cannot
+    /// carry the envs' data.
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(ProcError),
     /// An env given as a closure to the process backend, which builds envs
     /// in its workers by registry name.
     #[error("env {env} is a closure, but worker processes build envs by name: register it (envs::register) and add it with EnvMaker::registry or registered_n")]
@@ -179,6 +224,122 @@ pub enum PoolError {
     /// not stack densely).
     #[error(transparent)]
     Data(#[from] TensorDictError),
+}
+
+/// The backend's own error behind [`PoolError::EnvFailed`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnvFailure {
+    /// From the threading backend.
+    #[error(transparent)]
+    Threads(ThreadError),
+    /// From the process backend.
+    #[error(transparent)]
+    Procs(ProcError),
+}
+
+impl EnvFailure {
+    /// What the env reported, without the env and worker its backend's
+    /// message repeats: its error's message, or `panicked: <message>`.
+    pub fn detail(&self) -> String {
+        match self {
+            EnvFailure::Threads(ThreadError::Env { source, .. }) => source.to_string(),
+            EnvFailure::Threads(ThreadError::Panicked { message, .. })
+            | EnvFailure::Procs(ProcError::Panicked { message, .. }) => {
+                format!("panicked: {message}")
+            }
+            EnvFailure::Procs(ProcError::Env { message, .. }) => message.clone(),
+            EnvFailure::Threads(other) => other.to_string(),
+            EnvFailure::Procs(other) => other.to_string(),
+        }
+    }
+}
+
+/// `", worker W"` for an env that ran in worker process `W`.
+fn worker_suffix(worker: Option<usize>) -> String {
+    worker.map_or_else(String::new, |w| format!(", worker {w}"))
+}
+
+/// An env's failure is [`PoolError::EnvFailed`], an input that does not
+/// fit [`PoolError::Input`]; anything else the threading backend reports
+/// is [`PoolError::Backend`].
+impl From<ThreadError> for PoolError {
+    fn from(err: ThreadError) -> Self {
+        let (env, name, during) = match &err {
+            ThreadError::Env {
+                env, name, during, ..
+            }
+            | ThreadError::Panicked {
+                env, name, during, ..
+            } => (*env, name.clone(), (*during).to_owned()),
+            ThreadError::Input { env, name, source } => {
+                return PoolError::Input {
+                    env: *env,
+                    name: name.clone(),
+                    source: source.clone(),
+                }
+            }
+            _ => return PoolError::Backend(err),
+        };
+        PoolError::EnvFailed {
+            env,
+            name,
+            worker: None,
+            during,
+            cause: EnvFailure::Threads(err),
+        }
+    }
+}
+
+/// An env's failure is [`PoolError::EnvFailed`], an input that does not
+/// fit [`PoolError::Input`], a worker's death [`PoolError::WorkerDied`];
+/// anything else the process backend reports is
+/// [`PoolError::Proc`].
+impl From<ProcError> for PoolError {
+    fn from(err: ProcError) -> Self {
+        let (env, name, worker, during) = match &err {
+            ProcError::Env {
+                env,
+                name,
+                worker,
+                during,
+                ..
+            }
+            | ProcError::Panicked {
+                env,
+                name,
+                worker,
+                during,
+                ..
+            } => (*env, name.clone(), Some(*worker), during.clone()),
+            ProcError::Input { env, name, source } => {
+                return PoolError::Input {
+                    env: *env,
+                    name: name.clone(),
+                    source: source.clone(),
+                }
+            }
+            ProcError::WorkerDied {
+                worker,
+                envs,
+                reason,
+            } => {
+                return PoolError::WorkerDied {
+                    worker: *worker,
+                    envs: envs.clone(),
+                    reason: reason.clone(),
+                }
+            }
+            _ => return PoolError::Proc(err),
+        };
+        PoolError::EnvFailed {
+            env,
+            name,
+            worker,
+            during,
+            cause: EnvFailure::Procs(err),
+        }
+    }
 }
 
 impl From<EnvError> for PoolError {

@@ -68,17 +68,21 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod batch;
 mod config;
 mod dispatch;
 mod error;
 mod pool;
 mod pool_specs;
+mod stats;
 mod target;
 
+pub use crate::batch::Batch;
 pub use crate::config::{Backend, EnvMaker, ResolvedExchange, StackMode};
-pub use crate::error::PoolError;
+pub use crate::error::{EnvFailure, PoolError};
 pub use crate::pool::{AsyncEnvPool, PoolBuilder};
 pub use crate::pool_specs::PoolSpecs;
+pub use crate::stats::{PoolStats, StatValue};
 pub use crate::target::{Recv, Target};
 
 #[doc(inline)]
@@ -89,7 +93,7 @@ pub use specs;
 pub use tensordict;
 
 #[doc(inline)]
-pub use pool_thread::ThreadError;
+pub use pool_thread::{ThreadError, ThreadOptions};
 
 #[doc(inline)]
 pub use affinity::{available_cpus, current_cpus, Affinity, AffinityError};

@@ -78,10 +78,9 @@ impl Which {
     /// to `affinity`.
     fn pinned(self, affinity: Affinity) -> PoolBuilder {
         let backend = match self {
-            Which::Threads => Backend::Threading {
-                threads: NonZeroUsize::new(2),
-                affinity: Some(affinity),
-            },
+            Which::Threads => {
+                Backend::Threading(pool::ThreadOptions::default().threads(2).affinity(affinity))
+            }
             _ => Backend::Multiprocessing(self.options().affinity(affinity)),
         };
         AsyncEnvPool::builder().backend(backend)
@@ -150,8 +149,7 @@ fn with_action(n: usize, tensor: Tensor) -> TensorDict {
 /// The env named by an invalid-input error of either backend.
 fn input_env(err: &PoolError) -> Option<usize> {
     match err {
-        PoolError::Backend(ThreadError::Input { env, .. })
-        | PoolError::Proc(ProcError::Input { env, .. }) => Some(*env),
+        PoolError::Input { env, .. } => Some(*env),
         _ => None,
     }
 }
@@ -1146,9 +1144,7 @@ fn build_rows_on_processes_with_shm() {
 }
 
 /// Zero threads, zero envs per worker and zero threads per worker cannot
-/// be asked for: the threading backend's count is a `NonZeroUsize` (a
-/// zero does not convert), and the process options' setters take 0 as
-/// their default. Pools built so work.
+/// be asked for: every setter takes 0 as its default. Pools built so work.
 #[test]
 fn zero_threads_cannot_be_asked_for() {
     watchdog(|| {
@@ -1156,13 +1152,8 @@ fn zero_threads_cannot_be_asked_for() {
         let options = ProcOptions::for_test("rlpool_worker")
             .envs_per_worker(0)
             .threads_per_worker(0);
-        assert_eq!(options.envs_per_worker.get(), 1);
-        assert_eq!(options.threads_per_worker, None);
         for backend in [
-            Backend::Threading {
-                threads: NonZeroUsize::new(0),
-                affinity: None,
-            },
+            Backend::Threading(pool::ThreadOptions::default().threads(0)),
             Backend::Multiprocessing(options),
         ] {
             let pool = AsyncEnvPool::builder()
@@ -1172,6 +1163,10 @@ fn zero_threads_cannot_be_asked_for() {
                 .unwrap_or_else(|err| panic!("{backend:?}: {err}"));
             let out = pool.step(actions(&[1, 1])).unwrap();
             assert_eq!(env_index(&out), [0, 1]);
+            if let Backend::Multiprocessing(_) = backend {
+                // Zero envs per worker counts as one: a worker per env.
+                assert_eq!(pool.worker_pids().len(), 2);
+            }
         }
     });
 }

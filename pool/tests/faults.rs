@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use pool::envs::Kwargs;
 use pool::{
-    AsyncEnvPool, Backend, ExchangeMode, PoolError, ProcError, ProcOptions, Recv, StackMode,
-    Target, ThreadError,
+    AsyncEnvPool, Backend, EnvFailure, ExchangeMode, PoolError, ProcError, ProcOptions, Recv,
+    StackMode, Target, ThreadError,
 };
 
 use common::test_envs::{self, fault_message, Fault, FAULTY};
@@ -253,46 +253,50 @@ impl Model {
 /// panic in its reset or step), from either backend; `None` for any other
 /// error.
 fn env_failure(err: &PoolError) -> Option<(usize, String, String, bool)> {
-    match err {
-        PoolError::Backend(ThreadError::Panicked {
-            env,
-            during,
-            message,
-            ..
-        }) => Some((*env, during.to_string(), message.clone(), true)),
-        PoolError::Backend(ThreadError::Env {
-            env,
-            during,
-            source,
-            ..
-        }) => Some((*env, during.to_string(), source.to_string(), false)),
-        PoolError::Proc(ProcError::Panicked {
-            env,
-            during,
-            message,
-            worker: 0,
-            ..
-        }) => Some((*env, during.clone(), message.clone(), true)),
-        PoolError::Proc(ProcError::Env {
-            env,
-            during,
-            message,
-            worker: 0,
-            ..
-        }) => Some((*env, during.clone(), message.clone(), false)),
-        _ => None,
-    }
+    let PoolError::EnvFailed {
+        env,
+        during,
+        worker,
+        cause,
+        ..
+    } = err
+    else {
+        return None;
+    };
+    let panicked = match cause {
+        EnvFailure::Threads(ThreadError::Panicked { message, .. }) => {
+            assert_eq!(*worker, None, "{err}");
+            Some(message.clone())
+        }
+        EnvFailure::Procs(ProcError::Panicked { message, .. }) => {
+            assert_eq!(*worker, Some(0), "{err}");
+            Some(message.clone())
+        }
+        EnvFailure::Threads(ThreadError::Env { .. }) => {
+            assert_eq!(*worker, None, "{err}");
+            None
+        }
+        EnvFailure::Procs(ProcError::Env { .. }) => {
+            assert_eq!(*worker, Some(0), "{err}");
+            None
+        }
+        other => panic!("an env failure caused by {other:?}"),
+    };
+    Some(match panicked {
+        Some(message) => (*env, during.clone(), message, true),
+        None => (*env, during.clone(), cause.detail(), false),
+    })
 }
 
 /// Checks an error of a dead worker 0: it names the worker, its envs, and
 /// `how` it ended.
 fn assert_worker_0_died(config: Config, err: &PoolError, how: &str) {
     match err {
-        PoolError::Proc(ProcError::WorkerDied {
+        PoolError::WorkerDied {
             worker: 0,
             envs,
             reason,
-        }) if envs == &WORKER_0 => {
+        } if envs == &WORKER_0 => {
             assert!(
                 reason.contains(how),
                 "{config:?}: {reason} (expected {how:?})"

@@ -124,7 +124,7 @@ fn exchange_choice_and_report() {
         assert_eq!(pool.resolved_exchange(), ResolvedExchange::Queue);
         assert!(pool.exchange_reason().unwrap().contains("env 1"));
         assert!(pool.exchange_keys().is_empty());
-        assert!(pool.stats(false).is_empty());
+        assert_eq!(pool.stats(false), None);
         pool.reset(None).unwrap();
 
         let pool = AsyncEnvPool::builder()
@@ -378,11 +378,11 @@ fn a_killed_worker_is_an_error_never_a_hang() {
                 // No deadline: must return anyway.
                 match pool.async_step_recv(Recv::new()) {
                     Ok(batch) => ok.extend(env_index(&batch)),
-                    Err(PoolError::Proc(ProcError::WorkerDied {
+                    Err(PoolError::WorkerDied {
                         worker,
                         envs,
                         reason,
-                    })) => {
+                    }) => {
                         assert_eq!((worker, &envs), (0, &vec![0, 1]), "{reason}");
                         assert!(reason.contains("signal: 9"), "{reason}");
                         died.push(worker);
@@ -545,17 +545,20 @@ fn deadline_batching_statistics() {
             )
             .unwrap();
         assert_eq!(env_index(&rest), [0, 2, 3]);
-        let stats = pool.stats(true);
-        assert_eq!(stats["batches"], 2.0);
-        assert_eq!(stats["items"], 4.0);
-        assert_eq!(stats["avg_batch_size"], 2.0);
+        let stats = pool.stats(true).expect("the shm exchange keeps statistics");
+        assert_eq!(stats.batches, 2);
+        assert_eq!(stats.items, 4);
+        assert_eq!(stats.avg_batch_size, 2.0);
         assert!(
-            (stats["batch_fill_ratio"] - 4.0 / 7.0).abs() < 1e-9,
+            (stats.batch_fill_ratio - 4.0 / 7.0).abs() < 1e-9,
             "{stats:?}"
         );
-        assert_eq!(stats["partial_batch_fraction"], 0.5);
-        assert_eq!(stats["consumer_busy_fraction"], 0.0);
-        assert_eq!(pool.stats(false)["batches"], 0.0);
+        assert_eq!(stats.partial_batch_fraction, 0.5);
+        assert_eq!(stats.consumer_busy_fraction, 0.0);
+        let map = stats.to_map();
+        assert_eq!(map["batches"], pool::StatValue::Count(2));
+        assert_eq!(map["items"], pool::StatValue::Count(4));
+        assert_eq!(pool.stats(false).map(|s| s.batches), Some(0));
     });
 }
 
@@ -677,10 +680,7 @@ fn a_worker_killed_mid_step_is_reported_at_once() {
             let reported = Instant::now();
             let killed = killer.join().unwrap();
             assert!(
-                matches!(
-                    err,
-                    PoolError::Proc(ProcError::WorkerDied { worker: 0, .. })
-                ),
+                matches!(err, PoolError::WorkerDied { worker: 0, .. }),
                 "{err}"
             );
             // Measured: 3 ms (queue) and 9 ms (shm) from the start of the kill

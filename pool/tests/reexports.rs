@@ -31,10 +31,7 @@ fn the_pool_items_are_reexported() {
     );
     assert_eq!(
         pool::Backend::default(),
-        pool::Backend::Threading {
-            threads: None,
-            affinity: None
-        }
+        pool::Backend::Threading(pool::ThreadOptions::default())
     );
     assert_eq!(pool::StackMode::default(), pool::StackMode::Dense);
     assert_ne!(pool::ResolvedExchange::Queue, pool::ResolvedExchange::Shm);

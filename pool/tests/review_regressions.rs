@@ -17,10 +17,7 @@ fn actions(n: usize) -> TensorDict {
 }
 
 fn one_thread() -> Backend {
-    Backend::Threading {
-        threads: std::num::NonZeroUsize::new(1),
-        affinity: None,
-    }
+    Backend::Threading(pool::ThreadOptions::default().threads(1))
 }
 
 #[test]

@@ -11,7 +11,7 @@ use pool::envs::{CountingEnv, Env, EnvError, EnvSpecs, Kwargs};
 use pool::specs::{Composite, TensorSpec};
 use pool::tensordict::{DType, NestedKey, TensorDict, TensorDictError};
 use pool::{
-    Affinity, AffinityError, AsyncEnvPool, Backend, EnvMaker, PoolBuilder, PoolError,
+    Affinity, AffinityError, AsyncEnvPool, Backend, EnvFailure, EnvMaker, PoolBuilder, PoolError,
     ResolvedExchange, StackMode, Target, ThreadError,
 };
 
@@ -50,10 +50,11 @@ fn worker_threads_are_pinned_to_their_cpus() {
         let available = pool::available_cpus().unwrap();
         let pinned = |threads: usize, affinity: Affinity| {
             AsyncEnvPool::builder()
-                .backend(Backend::Threading {
-                    threads: std::num::NonZeroUsize::new(threads),
-                    affinity: Some(affinity),
-                })
+                .backend(Backend::Threading(
+                    pool::ThreadOptions::default()
+                        .threads(threads)
+                        .affinity(affinity),
+                ))
                 .registered_n(test_envs::WHERE_AM_I, 4, Kwargs::new())
                 .build()
         };
@@ -109,17 +110,14 @@ fn threads_report_the_queue_exchange() {
         .unwrap();
     assert_eq!(
         Backend::default(),
-        Backend::Threading {
-            threads: None,
-            affinity: None
-        }
+        Backend::Threading(pool::ThreadOptions::default())
     );
     assert_eq!(pool.resolved_exchange(), ResolvedExchange::Queue);
     assert!(pool.exchange_keys().is_empty());
     pool.step(common::actions(&[1; 3])).unwrap();
-    assert!(pool.stats(false).is_empty());
-    assert!(pool.stats(true).is_empty());
-    assert!(pool.stats(false).is_empty());
+    assert_eq!(pool.stats(false), None);
+    assert_eq!(pool.stats(true), None);
+    assert_eq!(pool.stats(false), None);
 }
 
 /// Envs built by closures and makers, next to registered ones.
@@ -173,13 +171,14 @@ fn env_failures_are_thread_errors() {
 
         pool.async_step_send(action(1), Target::Env(0)).unwrap();
         match pool.async_step_recv_env(0, None).unwrap_err() {
-            PoolError::Backend(ThreadError::Panicked {
+            PoolError::EnvFailed {
                 env,
                 name,
+                worker: None,
                 during,
-                message,
-            }) => {
-                assert_eq!((env, name.as_str(), during), (0, FAULTY, "step"));
+                cause: EnvFailure::Threads(ThreadError::Panicked { message, .. }),
+            } => {
+                assert_eq!((env, name.as_str(), during.as_str()), (0, FAULTY, "step"));
                 assert_eq!(message, fault_message(Fault::Panic, 1));
             }
             other => panic!("expected Panicked, got {other:?}"),
@@ -191,13 +190,14 @@ fn env_failures_are_thread_errors() {
             .async_step_recv(pool::Recv::new())
             .expect_err("env 1 fails");
         match &err {
-            PoolError::Backend(ThreadError::Env {
+            PoolError::EnvFailed {
                 env,
                 name,
+                worker: None,
                 during,
-                source,
-            }) => {
-                assert_eq!((*env, name.as_str(), *during), (1, FAULTY, "step"));
+                cause: EnvFailure::Threads(ThreadError::Env { source, .. }),
+            } => {
+                assert_eq!((*env, name.as_str(), during.as_str()), (1, FAULTY, "step"));
                 assert_eq!(
                     **source,
                     EnvError::failed(FAULTY, fault_message(Fault::Error, 1))
@@ -209,12 +209,21 @@ fn env_failures_are_thread_errors() {
             err.to_string(),
             "env 1 (FaultyCounter) failed during step: FaultyCounter: deliberate error at step 1"
         );
+        // The backend's own error is the source, and its own source is the
+        // env's error.
+        let source = std::error::Error::source(&err).expect("a source");
+        assert!(source.downcast_ref::<EnvFailure>().is_some(), "{source:?}");
+        let env_error = source.source().expect("the env's error");
+        assert_eq!(
+            env_error.to_string(),
+            "FaultyCounter: deliberate error at step 1"
+        );
 
         match pool
             .async_step_send(TensorDict::new(&[]), Target::Env(1))
             .unwrap_err()
         {
-            PoolError::Backend(ThreadError::Input { env, name, source }) => {
+            PoolError::Input { env, name, source } => {
                 assert_eq!((env, name.as_str()), (1, FAULTY));
                 assert!(
                     matches!(*source, TensorDictError::KeyNotFound { ref key, .. }
@@ -569,10 +578,11 @@ fn receivers_that_may_not_wait_for_every_env_run_none() {
         let first_cpu = pool::available_cpus().unwrap()[0];
         let pinned = spy_pool(
             &spy,
-            Backend::Threading {
-                threads: std::num::NonZeroUsize::new(1),
-                affinity: Some(Affinity::per_worker([[first_cpu]])),
-            },
+            Backend::Threading(
+                pool::ThreadOptions::default()
+                    .threads(1)
+                    .affinity(Affinity::per_worker([[first_cpu]])),
+            ),
             std::time::Duration::ZERO,
         );
         spy.steps_here();

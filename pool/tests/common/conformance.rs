@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use pool::envs::{Env, Kwargs};
 use pool::specs::TensorSpec;
 use pool::tensordict::{DType, NonTensor, StackedTensorDict, Tensor, TensorDict};
-use pool::{AsyncEnvPool, PoolError, Recv, StackMode, Target};
+use pool::{AsyncEnvPool, Batch, PoolError, Recv, StackMode, Target};
 use rand::SeedableRng;
 
 use super::test_envs::{self, fault_message, faulty_kwargs, Fault, FAULTY};
@@ -65,10 +65,15 @@ fn sleepers(with: Configure, step_us: &[i64], stack: StackMode) -> AsyncEnvPool 
 }
 
 /// Asserts that a batch's `env_index` is strictly increasing (sorted, no
-/// duplicate) and returns it.
+/// duplicate) and agrees with [`Batch::env_indices`], and returns it.
 #[track_caller]
-fn sorted_envs(batch: &StackedTensorDict) -> Vec<usize> {
+fn sorted_envs(batch: &Batch) -> Vec<usize> {
     let envs = env_index(batch);
+    assert_eq!(
+        batch.env_indices(),
+        envs,
+        "env_indices() names the rows' envs"
+    );
     assert!(
         envs.windows(2).all(|w| w[0] < w[1]),
         "a batch is sorted by env index: {envs:?}"
@@ -1025,7 +1030,7 @@ pub(crate) fn out_of_order_sends_come_back_sorted(with: Configure) {
         pool.reset(None).unwrap();
         let mut counts = [0i64; 5];
         // Row j of the send goes to env envs[j], with action env + 1.
-        let mut check = |batch: &StackedTensorDict, sent: &[usize]| {
+        let mut check = |batch: &Batch, sent: &[usize]| {
             let mut expected: Vec<usize> = sent.to_vec();
             expected.sort_unstable();
             assert_eq!(sorted_envs(batch), expected, "{stack:?}");
@@ -1160,7 +1165,7 @@ fn env_failure_is_reported(with: Configure, fault: Fault) {
     pool.reset(None).unwrap();
     let mut counts = [0i32; 4];
     /// Counts one step for each env of `batch` and checks its observation.
-    fn check_all(batch: &StackedTensorDict, counts: &mut [i32; 4]) {
+    fn check_all(batch: &Batch, counts: &mut [i32; 4]) {
         for (row, env) in rows(batch).iter().zip(sorted_envs(batch)) {
             counts[env] += 1;
             assert_eq!(int_at(row, &["next", "observation"]), counts[env]);

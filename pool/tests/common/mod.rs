@@ -72,7 +72,6 @@ macro_rules! conformance {
 pub(crate) mod conformance;
 pub(crate) mod test_envs;
 
-use std::num::NonZeroUsize;
 use std::panic::resume_unwind;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
@@ -120,10 +119,7 @@ pub(crate) type Configure = fn(PoolBuilder) -> PoolBuilder;
 
 /// The threading backend with `n` worker threads.
 pub(crate) fn threads(n: usize) -> Backend {
-    Backend::Threading {
-        threads: Some(NonZeroUsize::new(n).expect("at least one thread")),
-        affinity: None,
-    }
+    Backend::Threading(pool::ThreadOptions::default().threads(n))
 }
 
 /// A batch of actions, one row per value: batch size `[len]`, `"action"`

@@ -1,0 +1,174 @@
+//! Waiting for results: a batch receive's `min_get` / `max_get` /
+//! deadline loop and a per-env receive's, each marking what it takes.
+
+use std::time::{Duration, Instant};
+
+use pool_thread::Op;
+
+use super::book::{EnvState, Taken, TakenEnv};
+use super::AsyncEnvPool;
+use crate::{PoolError, Recv};
+
+impl AsyncEnvPool {
+    /// Waits for the results of a batch receive and marks them taken.
+    pub(super) fn collect(&self, op: Op, recv: Recv) -> Result<Taken, PoolError> {
+        let start = Instant::now();
+        if recv.min_get < 1 {
+            return Err(PoolError::MinGet {
+                min_get: recv.min_get,
+            });
+        }
+        if let Some(max_get) = recv.max_get {
+            if max_get < recv.min_get {
+                return Err(PoolError::MaxGet {
+                    min_get: recv.min_get,
+                    max_get,
+                });
+            }
+        }
+        // A timeout too long to represent is no deadline.
+        let deadline = recv.timeout.and_then(|t| start.checked_add(t));
+        let limit = recv.max_get.unwrap_or(usize::MAX);
+        let backend = self.backend();
+        let batch_state = EnvState::InFlight { op, per_env: false };
+        let mut ready = Vec::new();
+        loop {
+            // Read before the book: a result or a wake-up after this point
+            // ends the wait below.
+            let ticket = backend.listen();
+            let mut book = self.book();
+            if book.shut_down || backend.is_shut_down() {
+                return Err(PoolError::ShutDown);
+            }
+            if ready.capacity() == 0 {
+                ready = std::mem::take(&mut book.spare.envs);
+            }
+            // Checked on every pass: another thread may have taken results
+            // (per-env receives) since the call began.
+            let in_flight = book.batch_in_flight[op as usize];
+            if recv.min_get > in_flight {
+                return Err(PoolError::NotEnoughInFlight {
+                    op: op.name(),
+                    min_get: recv.min_get,
+                    in_flight,
+                });
+            }
+            ready.clear();
+            ready.reserve(in_flight);
+            if in_flight == book.states.len() {
+                // Every env is in flight for this receive (a send to all):
+                // no state to look at.
+                backend.ready_among(0..in_flight, &mut ready);
+            } else {
+                let candidates = book.states.iter().enumerate();
+                let candidates = candidates.filter(|&(_, &state)| state == batch_state);
+                backend.ready_among(candidates.map(|(env, _)| env), &mut ready);
+            }
+            // A failed env is reported first, alone; the other results stay.
+            if let Some(failed) = backend.first_failed(&ready) {
+                book.take_env(failed, op, false);
+                drop(book);
+                let result = backend.peek(failed, |_| ());
+                // Idle again, and other receivers (which may have counted on
+                // this result) woken.
+                self.release(&[failed]);
+                return Err(match result {
+                    Err(err) => err,
+                    Ok(()) => PoolError::NotInFlight {
+                        op: op.name(),
+                        env: failed,
+                    },
+                });
+            }
+            let past_deadline = deadline.is_some_and(|d| Instant::now() >= d);
+            let enough = ready.len() >= recv.min_get;
+            let no_more_coming = ready.len() == in_flight;
+            if enough
+                && (deadline.is_none() || ready.len() >= limit || past_deadline || no_more_coming)
+            {
+                if ready.len() > limit {
+                    // The oldest results first (as a completion queue gives
+                    // them), then in env order.
+                    ready.sort_by_key(|&env| backend.published(env));
+                    ready.truncate(limit);
+                    ready.sort_unstable();
+                }
+                return Ok(book.take(op, ready));
+            }
+            if past_deadline {
+                return Err(PoolError::Timeout {
+                    op: op.name(),
+                    timeout: recv.timeout.unwrap_or(Duration::ZERO),
+                    ready: ready.len(),
+                    min_get: recv.min_get,
+                });
+            }
+            // Every env not idle is one whose result this receive must
+            // have (a synchronous step, or a receive of all in flight): it
+            // runs queued envs itself rather than wait for a worker, since
+            // it cannot return before they are done anyway. (Envs another
+            // thread sends meanwhile may be in a chunk it runs: chunks are
+            // small, of quick envs, and it looks again after each.)
+            let may_help =
+                deadline.is_none() && recv.min_get == in_flight && book.busy == in_flight;
+            drop(book);
+            if may_help && backend.help() {
+                continue;
+            }
+            // At least this many more results must be published before the
+            // batch can be complete.
+            let needed = if enough {
+                1
+            } else {
+                recv.min_get - ready.len()
+            };
+            backend.wait(ticket, needed, deadline, start);
+        }
+    }
+
+    /// Waits for env `env`'s result of `op` and marks it taken.
+    pub(super) fn collect_env(
+        &self,
+        op: Op,
+        env: usize,
+        timeout: Option<Duration>,
+    ) -> Result<TakenEnv, PoolError> {
+        let start = Instant::now();
+        let deadline = timeout.and_then(|t| start.checked_add(t));
+        if env >= self.num_envs() {
+            return Err(PoolError::EnvOutOfRange {
+                env,
+                num_envs: self.num_envs(),
+            });
+        }
+        let backend = self.backend();
+        loop {
+            let ticket = backend.listen();
+            let mut book = self.book();
+            if book.shut_down || backend.is_shut_down() {
+                return Err(PoolError::ShutDown);
+            }
+            let per_env = match book.states[env] {
+                EnvState::InFlight {
+                    op: sent_op,
+                    per_env,
+                } if sent_op == op => per_env,
+                _ => return Err(PoolError::NotInFlight { op: op.name(), env }),
+            };
+            if backend.is_done(env) {
+                return Ok(book.take_env(env, op, per_env));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(PoolError::EnvTimeout {
+                    op: op.name(),
+                    env,
+                    timeout: timeout.unwrap_or(Duration::ZERO),
+                });
+            }
+            drop(book);
+            // No helping here: a chunk of other envs run on this thread
+            // could keep it long after its own env is done.
+            backend.wait(ticket, 1, deadline, start);
+        }
+    }
+}
