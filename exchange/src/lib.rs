@@ -41,6 +41,12 @@
 //! assert!(reader.receive(Receive::new().timeout(Duration::ZERO)).is_err());
 //! # Ok(()) }
 //! ```
+//!
+//! `unsafe` code is denied in the crate but for two modules: `region` (the
+//! mapping's atomics and byte copies at bounds-checked offsets) and
+//! `seqlock` (the relaxed-atomic copies over raw pointers). Everything else
+//! reaches the mapping through their safe methods.
+#![deny(unsafe_code)]
 
 #[cfg(not(loom))]
 mod bells;
@@ -49,8 +55,10 @@ mod futex;
 mod layout;
 mod primitive;
 #[cfg(not(loom))]
+#[allow(unsafe_code)]
 mod region;
 mod schema;
+#[allow(unsafe_code)]
 mod seqlock;
 #[cfg(not(loom))]
 mod slots;

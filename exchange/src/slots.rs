@@ -205,46 +205,28 @@ impl Shared {
     }
 
     /// Copies `dst.len()` bytes of the region at `offset` into `dst` with
-    /// relaxed atomic loads (`seqlock::read_bytes`).
+    /// relaxed atomic loads ([`Region::load`]).
     ///
     /// # Panics
-    /// If the bytes are not all inside the region.
+    /// If the bytes are not all inside the region (the layout puts every
+    /// field inside it, and `open` checks the mapping's length).
+    #[inline]
     fn load(&self, offset: usize, dst: &mut [u8]) {
-        let end = offset.checked_add(dst.len());
-        assert!(
-            end.is_some_and(|end| end <= self.region.len()),
-            "{} bytes at {offset} are outside the region of {} bytes",
-            dst.len(),
-            self.region.len()
-        );
-        // SAFETY: the bytes `offset..offset + dst.len()` are inside the
-        // mapping (asserted above), which lives as long as `&self`, and are
-        // writable (a shared, writable mapping). Every process accesses slot
-        // bytes only through `seqlock::read_bytes` / `seqlock::write_bytes`
-        // and header atomics, over the same ranges (the field ranges of a
-        // layout that the header's fingerprint makes identical in every
-        // process), so the access sizes agree as the seqlock module requires.
-        // `dst` is process-private memory, never part of the mapping.
-        unsafe { seqlock::read_bytes(self.region.as_ptr().add(offset), dst) }
+        if let Err(err) = self.region.load(offset, dst) {
+            panic!("a field of the layout: {err}");
+        }
     }
 
     /// Copies `src` into the region at `offset` with relaxed atomic stores
-    /// (`seqlock::write_bytes`).
+    /// ([`Region::store`]).
     ///
     /// # Panics
-    /// If the bytes are not all inside the region.
+    /// If the bytes are not all inside the region, as for `load`.
+    #[inline]
     fn store(&self, offset: usize, src: &[u8]) {
-        let end = offset.checked_add(src.len());
-        assert!(
-            end.is_some_and(|end| end <= self.region.len()),
-            "{} bytes at {offset} are outside the region of {} bytes",
-            src.len(),
-            self.region.len()
-        );
-        // SAFETY: as in `load`: inside the writable mapping, accessed only
-        // atomically with the same ranges everywhere; `src` (a tensor's
-        // private storage) does not overlap the mapping.
-        unsafe { seqlock::write_bytes(self.region.as_ptr().add(offset), src) }
+        if let Err(err) = self.region.store(offset, src) {
+            panic!("a field of the layout: {err}");
+        }
     }
 
     /// Copies the fields of `slot`'s `area` whose bits are set in `mask`
