@@ -41,19 +41,27 @@
 //! assert!(reader.receive(Receive::new().timeout(Duration::ZERO)).is_err());
 //! # Ok(()) }
 //! ```
+//!
+//! `unsafe` code is denied in the crate but for two modules: `region` (the
+//! mapping's atomics and byte copies at bounds-checked offsets) and
+//! `seqlock` (the relaxed-atomic copies over raw pointers). Everything else
+//! reaches the mapping through their safe methods.
+#![deny(unsafe_code)]
 
 #[cfg(not(loom))]
 mod bells;
 mod error;
+#[cfg(not(loom))]
+mod exchange;
 mod futex;
 mod layout;
 mod primitive;
 #[cfg(not(loom))]
+#[allow(unsafe_code)]
 mod region;
 mod schema;
+#[allow(unsafe_code)]
 mod seqlock;
-#[cfg(not(loom))]
-mod slots;
 #[cfg(not(loom))]
 mod stats;
 
@@ -62,6 +70,10 @@ pub use crate::bells::Bells;
 #[cfg(not(loom))]
 pub use crate::error::ExchangeError;
 pub use crate::error::{LayoutError, ReadError, SchemaDecodeError, SchemaError, WriteError};
+#[cfg(not(loom))]
+pub use crate::exchange::{
+    Columns, Exchange, InputRows, Receive, Received, SlotRead, SlotView, FIRST_COMMAND, SLOT_KEY,
+};
 pub use crate::layout::{
     Area, Layout, CACHE_LINE, FIELD_ALIGN, MAX_AREA_FIELDS, MAX_SLOTS, SLOTS_OFFSET,
     SLOT_HEADER_SIZE,
@@ -69,9 +81,5 @@ pub use crate::layout::{
 #[cfg(not(loom))]
 pub use crate::region::{Region, RegionError};
 pub use crate::schema::{Field, Schema};
-#[cfg(not(loom))]
-pub use crate::slots::{
-    Columns, Exchange, InputRows, Receive, Received, SlotRead, SlotView, FIRST_COMMAND, SLOT_KEY,
-};
 #[cfg(not(loom))]
 pub use crate::stats::ExchangeStats;

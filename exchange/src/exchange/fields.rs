@@ -1,0 +1,244 @@
+//! Tensordicts as the fields of a schema: which fields a tensordict has
+//! (a keys-present mask), a field filled in place, and batches assembled
+//! from field columns with the slot indices under `SLOT_KEY`.
+
+use smallvec::SmallVec;
+use tensordict::{Entry, NestedKey, NonTensor, Shape, Tensor, TensorDict};
+
+use super::SLOT_KEY;
+use crate::error::SchemaError;
+use crate::schema::{count_leaves, Field, Schema};
+
+/// One part of a buffer per field of a schema (on the stack up to 16
+/// fields: a receive cuts a slot's areas this way for every result).
+pub(super) type Parts<'a> = SmallVec<[&'a mut [u8]; 16]>;
+
+/// `bytes` cut into one part per field of `schema`, in order.
+pub(super) fn split_fields<'a>(schema: &Schema, mut bytes: &'a mut [u8]) -> Parts<'a> {
+    let mut parts = Parts::with_capacity(schema.len());
+    for field in schema.fields() {
+        let (part, rest) = std::mem::take(&mut bytes).split_at_mut(field.nbytes());
+        parts.push(part);
+        bytes = rest;
+    }
+    parts
+}
+
+/// A mask with one bit for each of `n` fields (`n <= 64`).
+pub(super) fn all_fields(n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
+    }
+}
+
+/// `shape` with `rows` in front, when given.
+pub(super) fn stacked(rows: Option<usize>, shape: &[usize]) -> Shape {
+    let mut out = Shape::with_capacity(shape.len() + 1);
+    out.extend(rows);
+    out.extend_from_slice(shape);
+    out
+}
+
+/// A zeroed tensor for each field of `schema`, `rows` of them stacked when
+/// given.
+pub(super) fn columns(schema: &Schema, rows: Option<usize>) -> Vec<Tensor> {
+    schema
+        .fields()
+        .iter()
+        .map(|field| Tensor::zeros(field.dtype(), &stacked(rows, field.shape())))
+        .collect()
+}
+
+/// True if `key` lies inside the sub-dict `dict`.
+pub(super) fn is_under(key: &NestedKey, dict: &NestedKey) -> bool {
+    key.len() > dict.len() && key.parts().starts_with(dict.parts())
+}
+
+/// A tensordict of `schema` (stacked `rows` times, when given) holding the
+/// `columns` of the fields set in `mask`, and the sub-dicts on their paths
+/// (plus the schema's empty sub-dicts).
+pub(super) fn assemble(
+    schema: &Schema,
+    rows: Option<usize>,
+    columns: Vec<Tensor>,
+    mask: u64,
+) -> TensorDict {
+    let fields = schema.fields();
+    let mut td = TensorDict::new(&stacked(rows, schema.batch_size()));
+    // Parents come first, so each sub-dict's parent exists when it is set.
+    for (key, batch) in schema.sub_dicts() {
+        let mut under = fields
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| is_under(f.key(), key));
+        let empty_in_schema = under.clone().next().is_none();
+        if empty_in_schema || under.any(|(i, _)| mask & (1 << i) != 0) {
+            td.set(key, TensorDict::new(&stacked(rows, batch)))
+                .expect("a schema's sub-dicts start with their parent's batch size");
+        }
+    }
+    for ((i, field), column) in fields.iter().enumerate().zip(columns) {
+        if mask & (1 << i) != 0 {
+            td.set(field.key(), column)
+                .expect("a schema's fields start with their sub-dict's batch size");
+        }
+    }
+    td
+}
+
+/// `value` repeated to fill `dims` (a nested stack), as TorchRL expands
+/// `env_index` to a batch's dims.
+pub(super) fn expand(value: NonTensor, dims: &[usize]) -> NonTensor {
+    match dims.split_first() {
+        None => value,
+        Some((&n, rest)) => NonTensor::Stack(vec![expand(value, rest); n]),
+    }
+}
+
+/// Sets the slot indices under [`SLOT_KEY`]: a stack over the rows when
+/// `rows` is given, one value otherwise, expanded to the schema's batch
+/// size `batch`.
+pub(super) fn set_slots(
+    td: &mut TensorDict,
+    slots: &[usize],
+    rows: Option<usize>,
+    batch: &[usize],
+) {
+    let value = |slot: usize| expand(NonTensor::Int(slot as i64), batch);
+    let entry = match rows {
+        Some(_) => NonTensor::Stack(slots.iter().map(|&s| value(s)).collect()),
+        None => value(slots[0]),
+    };
+    td.set(SLOT_KEY, entry)
+        .expect("the slot indices have the batch's shape");
+}
+
+/// Writes `field` of `schema` into `td` (its tensor at the field's key,
+/// looked up once) with `fill`, if `td` holds it with the field's dtype and
+/// shape; otherwise the schema error that says what is wrong with `td`.
+pub(super) fn fill_field(
+    schema: &Schema,
+    field: &Field,
+    td: &mut TensorDict,
+    fill: impl FnOnce(&mut [u8]),
+) -> Result<(), SchemaError> {
+    match td.tensor_mut(field.key()) {
+        Ok(mut t) if t.dtype() == field.dtype() && t.shape() == field.shape() => {
+            fill(t.bytes_mut());
+            Ok(())
+        }
+        _ => Err(schema.check(td).err().unwrap_or(SchemaError::UnknownKeys {
+            keys: vec![field.key().clone()],
+        })),
+    }
+}
+
+/// The tensors of `td` at the fields of `schema` that it has, in field
+/// order.
+pub(super) type Present<'a> = SmallVec<[&'a Tensor; 16]>;
+
+/// The keys-present mask of `td` for `schema`, and the tensors present (so
+/// that a writer looks each key up once): `td` has the schema's batch size,
+/// no key that the schema lacks, and the schema's dtype and shape at each
+/// key it has; it may leave keys of the schema out.
+///
+/// When several things are wrong, the error is the first of: the batch
+/// size; the keys the schema lacks (all of them); the first key, in order,
+/// whose dtype or shape differs.
+pub(super) fn present_fields<'a>(
+    schema: &Schema,
+    td: &'a TensorDict,
+) -> Result<(u64, Present<'a>), SchemaError> {
+    if td.batch_size() != schema.batch_size() {
+        return Err(SchemaError::BatchSize {
+            batch_size: td.batch_size().to_vec(),
+            expected: schema.batch_size().to_vec(),
+        });
+    }
+    let mut mask = 0u64;
+    let mut present = Present::new();
+    let mut found = 0;
+    let mut mismatch = None;
+    for (i, field) in schema.fields().iter().enumerate() {
+        let problem = match td.get(field.key()) {
+            None | Some(Entry::Dict(_)) => continue,
+            Some(Entry::Tensor(t)) if t.dtype() != field.dtype() => SchemaError::DType {
+                key: field.key().clone(),
+                dtype: t.dtype(),
+                expected: field.dtype(),
+            },
+            Some(Entry::Tensor(t)) if t.shape() != field.shape() => SchemaError::Shape {
+                key: field.key().clone(),
+                shape: t.shape().to_vec(),
+                expected: field.shape().to_vec(),
+            },
+            Some(Entry::Tensor(t)) => {
+                found += 1;
+                mask |= 1 << i;
+                present.push(t);
+                continue;
+            }
+            Some(Entry::NonTensor(_)) => SchemaError::NonTensorLeaf {
+                key: field.key().clone(),
+                kind: "non-tensor value",
+                env: None,
+            },
+        };
+        found += 1;
+        mismatch.get_or_insert(problem);
+    }
+    // Every leaf found above is one of `td`'s leaves; any other is a key
+    // the schema lacks.
+    if count_leaves(td) > found {
+        let keys = td
+            .keys(true, true)
+            .into_iter()
+            .filter(|key| schema.position(key).is_none())
+            .collect();
+        return Err(SchemaError::UnknownKeys { keys });
+    }
+    mismatch.map_or(Ok((mask, present)), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tensordict::DType;
+
+    fn schema(fields: &[(&str, DType, &[usize])]) -> Schema {
+        Schema::new(
+            &[],
+            fields
+                .iter()
+                .map(|&(key, dtype, shape)| Field::new(key, dtype, shape).unwrap())
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn masks_record_the_keys_present() {
+        let s = schema(&[("a", DType::U8, &[1]), ("b", DType::F32, &[2])]);
+        let mut td = TensorDict::new(&[]);
+        assert_eq!(present_fields(&s, &td).map(|(m, _)| m), Ok(0));
+        td.set("b", Tensor::zeros(DType::F32, &[2])).unwrap();
+        assert_eq!(present_fields(&s, &td).map(|(m, _)| m), Ok(0b10));
+        td.set("a", Tensor::zeros(DType::U8, &[1])).unwrap();
+        assert_eq!(present_fields(&s, &td).map(|(m, _)| m), Ok(0b11));
+        assert_eq!(all_fields(2), 0b11);
+        assert_eq!(all_fields(64), u64::MAX);
+    }
+
+    #[test]
+    fn slot_indices_expand_to_the_batch_size() {
+        assert_eq!(
+            expand(NonTensor::Int(3), &[2]),
+            NonTensor::Stack(vec![NonTensor::Int(3), NonTensor::Int(3)])
+        );
+        let mut td = TensorDict::new(&[2, 2]);
+        set_slots(&mut td, &[4, 7], Some(2), &[2]);
+        assert_eq!(td.non_tensor(SLOT_KEY).unwrap().shape().as_slice(), &[2, 2]);
+    }
+}
