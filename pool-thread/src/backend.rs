@@ -1061,41 +1061,22 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::thread::ThreadId;
 
-    /// A CountingEnv whose steps (env `held`'s) wait while `hold` is set,
-    /// and that records the threads that step it.
-    struct Held {
-        inner: CountingEnv,
+    /// A CountingEnv (env `index`) that records the threads that step it,
+    /// and whose steps wait while `hold` is set if it is env `held`.
+    fn held(
         index: usize,
         held: usize,
         hold: Arc<AtomicBool>,
         ran_on: Arc<Mutex<Vec<ThreadId>>>,
-    }
-
-    impl Env for Held {
-        fn specs(&self) -> &EnvSpecs {
-            self.inner.specs()
-        }
-        fn set_seed(&mut self, seed: u64) {
-            self.inner.set_seed(seed);
-        }
-        fn reset_into(
-            &mut self,
-            input: Option<&TensorDict>,
-            out: &mut TensorDict,
-        ) -> Result<(), EnvError> {
-            self.inner.reset_into(input, out)
-        }
-        fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-            lock(&self.ran_on).push(std::thread::current().id());
+    ) -> Box<dyn Env> {
+        test_envs::OnStep::boxed(CountingEnv::new(0, 100), move |inner, input, next| {
+            lock(&ran_on).push(std::thread::current().id());
             let until = Instant::now() + Duration::from_secs(10);
-            while self.index == self.held
-                && self.hold.load(Ordering::SeqCst)
-                && Instant::now() < until
-            {
+            while index == held && hold.load(Ordering::SeqCst) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            self.inner.step_into(input, next)
-        }
+            inner.step_into(input, next)
+        })
     }
 
     /// Waits (at most 10 s) until every one of `envs` is done, and
@@ -1123,15 +1104,7 @@ mod tests {
             let factories: Vec<EnvFactory> = (0..4)
                 .map(|index| {
                     let (hold, ran_on) = (Arc::clone(&hold), Arc::clone(&ran_on));
-                    Box::new(move || {
-                        Ok(Box::new(Held {
-                            inner: CountingEnv::new(0, 100),
-                            index,
-                            held: 0,
-                            hold,
-                            ran_on,
-                        }) as Box<dyn Env>)
-                    }) as EnvFactory
+                    Box::new(move || Ok(held(index, 0, hold, ran_on))) as EnvFactory
                 })
                 .collect();
             let options = ThreadOptions {
@@ -1179,26 +1152,18 @@ mod tests {
 
     /// A result never waits for another env's step, and an env queued
     /// behind a step that does not return is taken by the other worker:
-    /// with env `held` stuck in its step (first or second of worker 0's
+    /// with env `stuck` stuck in its step (first or second of worker 0's
     /// envs), every other env's result is published while it is still
     /// stuck (no timing involved: the held env waits until released).
     #[test]
     fn results_do_not_wait_for_a_stuck_env() {
-        for held in [0, 1] {
+        for stuck in [0, 1] {
             let hold = Arc::new(AtomicBool::new(false));
             let ran_on = Arc::new(Mutex::new(Vec::new()));
             let factories: Vec<EnvFactory> = (0..8)
                 .map(|index| {
                     let (hold, ran_on) = (Arc::clone(&hold), Arc::clone(&ran_on));
-                    Box::new(move || {
-                        Ok(Box::new(Held {
-                            inner: CountingEnv::new(0, 100),
-                            index,
-                            held,
-                            hold,
-                            ran_on,
-                        }) as Box<dyn Env>)
-                    }) as EnvFactory
+                    Box::new(move || Ok(held(index, stuck, hold, ran_on))) as EnvFactory
                 })
                 .collect();
             let options = ThreadOptions {
@@ -1217,20 +1182,20 @@ mod tests {
             let rows: Vec<(usize, Option<usize>)> = (0..8).map(|env| (env, Some(env))).collect();
             hold.store(true, Ordering::SeqCst);
             backend.send(Op::Step, &rows, Some(&actions)).unwrap();
-            let others: Vec<usize> = (0..8).filter(|&env| env != held).collect();
+            let others: Vec<usize> = (0..8).filter(|&env| env != stuck).collect();
             let deadline = Instant::now() + Duration::from_secs(10);
             while !others.iter().all(|&env| backend.is_done(env)) {
                 assert!(
                     Instant::now() < deadline,
-                    "held {held}: results waited for the stuck env"
+                    "env {stuck} stuck: results waited for it"
                 );
                 backend.wait(backend.generation(), Some(deadline));
             }
-            assert!(!backend.is_done(held), "held {held}: not stuck");
+            assert!(!backend.is_done(stuck), "env {stuck} not stuck");
             // Their rows are in the batch too.
             let (next, _) = backend.gather(Op::Step, &others).expect("in their rows");
             let counts = next.unwrap().tensor("observation").unwrap().to_vec::<i32>();
-            assert_eq!(counts.unwrap(), vec![1; 7], "held {held}");
+            assert_eq!(counts.unwrap(), vec![1; 7], "env {stuck} stuck");
             hold.store(false, Ordering::SeqCst);
             collect(&backend, 8);
         }
