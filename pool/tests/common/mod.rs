@@ -70,7 +70,9 @@ macro_rules! conformance {
 }
 
 pub(crate) mod conformance;
-/// The test envs, shared by every crate's tests (the `test-envs` crate).
+/// The test envs, shared by every crate's tests (the `test-envs` crate),
+/// here as `common::test_envs` for the modules that name them so.
+#[allow(clippy::single_component_path_imports)] // The path is the point.
 pub(crate) use test_envs;
 
 use std::num::NonZeroUsize;
