@@ -4,7 +4,7 @@ use envs::{standard_done_spec, Env, EnvError, EnvSpecs};
 use specs::{Composite, TensorSpec};
 use tensordict::{DType, TensorDict};
 
-/// Two counters in one env (batch size [2]), each done past its own max.
+/// Two counters in one env (batch size `[2]`), each done past its own max.
 #[derive(Debug)]
 pub struct TwoCounters {
     count: [i32; 2],
