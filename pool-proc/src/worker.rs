@@ -9,9 +9,12 @@
 //! doorbell once per send). Runner threads take commands and run the envs,
 //! one thread per env at most, as many as the worker has CPUs by default:
 //! envs of one worker step in parallel up to its cores without a thread
-//! wake-up per env-step. A runner stuck in an env does not stop the
-//! others: when every runner is inside an env, none has finished one for
-//! [`STALL`], and commands wait, the main thread starts a spare runner. The
+//! wake-up per env-step. A runner in a long (or stuck) env step holds
+//! nothing back: the commands it has not taken stay where any runner
+//! finds them, and a watcher thread starts a spare runner when every
+//! runner is inside an env, none has finished one for [`STALL`], and
+//! commands wait; with the shm exchange it also rings the parent's bell
+//! for results published quietly that no runner rang for [`RING_LATE`]. The
 //! worker exits on stop, at the end of its socket (the parent is gone), or
 //! with the parent (a parent-death signal).
 //!
@@ -253,6 +256,19 @@ struct Work {
     runners: AtomicUsize,
     /// When a runner last finished a command (`Instant` of `epoch`, ns).
     progress: AtomicU64,
+    /// With the shm exchange: when the oldest result published without a
+    /// ring of the parent's bell was published (ns since `epoch`, plus one;
+    /// 0: none), for the watcher to ring if its runner does not soon.
+    unrung: AtomicU64,
+    /// Set by the watcher while it sleeps until a runner starts a command
+    /// (the worker was idle for [`IDLE_AFTER`]).
+    watcher_asleep: AtomicBool,
+    /// What the watcher sleeps on (with `wake_watcher`).
+    watcher_lock: Mutex<()>,
+    /// Wakes the watcher (a runner began work, or stop).
+    wake_watcher: Condvar,
+    /// The spare runners the watcher started.
+    spares: Mutex<Vec<JoinHandle<()>>>,
     epoch: Instant,
 }
 
@@ -267,6 +283,33 @@ impl Work {
             Transport::Queue { queue, .. } => !lock(queue).is_empty(),
             Transport::Shm { exchange, .. } => (0..self.envs.len())
                 .any(|local| exchange.pending_command(self.first + local).is_some()),
+        }
+    }
+
+    /// Notes a result published without a ring of the parent's bell.
+    fn published_quietly(&self) {
+        // SeqCst (with `rang`): a publish after a ring's clearing store sets
+        // the mark again; one before it is covered by that ring.
+        let _ = self
+            .unrung
+            .compare_exchange(0, self.now() + 1, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Rings the parent's bell for every result published so far.
+    fn ring(&self, exchange: &Exchange) {
+        // SeqCst: pairs with `published_quietly` (cleared before the ring).
+        self.unrung.store(0, Ordering::SeqCst);
+        exchange.ring();
+    }
+
+    /// Wakes the watcher if it sleeps until work begins.
+    fn wake_watcher(&self) {
+        // SeqCst: pairs with the watcher's store of `watcher_asleep` and its
+        // load of `idle` (a runner leaving idle sees the flag, or the
+        // watcher sees the runner busy and stays awake).
+        if self.watcher_asleep.load(Ordering::SeqCst) {
+            let _guard = lock(&self.watcher_lock);
+            self.wake_watcher.notify_all();
         }
     }
 
@@ -289,11 +332,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// How long runners may all be inside envs, with commands waiting, before
-/// the worker starts a spare runner: a stuck env must not stop the others.
-const STALL: Duration = Duration::from_millis(100);
+/// the worker starts a spare runner: a long or stuck env step must not hold
+/// the commands behind it back for longer than about this.
+const STALL: Duration = Duration::from_millis(1);
 
-/// How often the main thread looks for stalled runners.
-const WATCH: Duration = Duration::from_millis(50);
+/// How long a result published quietly (shm) may wait for its runner to
+/// ring the parent's bell before the watcher rings it.
+const RING_LATE: Duration = Duration::from_micros(500);
+
+/// How often the watcher looks at the runners while the worker works.
+const WATCH: Duration = Duration::from_micros(500);
+
+/// After this long with every runner idle and no command finished, the
+/// watcher sleeps until a runner starts a command.
+const IDLE_AFTER: Duration = Duration::from_millis(20);
 
 fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
     let io_err = |e: io::Error| format!("writing the control socket: {e}");
@@ -441,40 +493,31 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
         idle: AtomicUsize::new(0),
         runners: AtomicUsize::new(0),
         progress: AtomicU64::new(0),
+        unrung: AtomicU64::new(0),
+        watcher_asleep: AtomicBool::new(false),
+        watcher_lock: Mutex::new(()),
+        wake_watcher: Condvar::new(),
+        spares: Mutex::new(Vec::new()),
         epoch: Instant::now(),
     });
-    let mut threads = Vec::with_capacity(runners);
+    let mut threads = Vec::with_capacity(runners + 1);
     for _ in 0..runners {
         threads.push(spawn_runner(&work)?);
     }
+    let for_watcher = Arc::clone(&work);
+    threads.push(
+        std::thread::Builder::new()
+            .name("rlpool-watcher".into())
+            .spawn(move || watch(&for_watcher))
+            .map_err(|e| format!("starting the watcher thread: {e}"))?,
+    );
     send(writer, &FromWorker::Started).map_err(io_err)?;
-    let _ = reader.stream().set_read_timeout(Some(WATCH));
     let outcome = loop {
+        // No deadline: the parent writes, or closes the socket (or dies,
+        // and the parent-death signal ends this process).
         let message = match reader.read() {
             Ok(Some(bytes)) => ToWorker::decode(&bytes),
             Ok(None) => break Ok(()),
-            Err(err)
-                if matches!(
-                    err.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                // A stuck env must not stop the others: start a spare
-                // runner while every runner is inside an env, none finished
-                // one for a while, and commands wait (at most one runner
-                // per env).
-                let stalled = work.idle.load(Ordering::SeqCst) == 0
-                    && work
-                        .now()
-                        .saturating_sub(work.progress.load(Ordering::SeqCst))
-                        > STALL.as_nanos() as u64
-                    && work.runners.load(Ordering::SeqCst) < work.envs.len()
-                    && work.pending();
-                if stalled {
-                    threads.push(spawn_runner(&work)?);
-                }
-                continue;
-            }
             Err(err) => break Err(format!("reading the control socket: {err}")),
         };
         match message {
@@ -498,8 +541,22 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
     };
     work.stop.store(true, Ordering::SeqCst);
     work.wake_all();
+    {
+        let _guard = lock(&work.watcher_lock);
+        work.wake_watcher.notify_all();
+    }
     let deadline = Instant::now() + STOP_GRACE;
-    for thread in threads {
+    // The watcher is among `threads`: once it is finished, it starts no
+    // more spares.
+    while let Some(thread) = threads.pop() {
+        while !thread.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if thread.is_finished() {
+            let _ = thread.join();
+        }
+    }
+    for thread in std::mem::take(&mut *lock(&work.spares)) {
         while !thread.is_finished() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -508,6 +565,59 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
         }
     }
     outcome
+}
+
+/// The watcher: while the runners work, looks at them every [`WATCH`]:
+/// starts a spare runner when every runner is inside an env, none finished
+/// one for [`STALL`], and commands wait (at most one runner per env), and
+/// rings the parent's bell for results published quietly more than
+/// [`RING_LATE`] ago. Sleeps while the worker is idle. Returns at stop.
+fn watch(work: &Arc<Work>) {
+    let nanos = |d: Duration| d.as_nanos() as u64;
+    loop {
+        if work.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let now = work.now();
+        let runners = work.runners.load(Ordering::SeqCst);
+        let since_progress = now.saturating_sub(work.progress.load(Ordering::SeqCst));
+        let idle = work.idle.load(Ordering::SeqCst);
+        if let Transport::Shm { exchange, .. } = &work.transport {
+            let unrung = work.unrung.load(Ordering::SeqCst);
+            if unrung != 0 && now.saturating_sub(unrung - 1) >= nanos(RING_LATE) {
+                work.ring(exchange);
+            }
+        }
+        let stalled = idle == 0
+            && since_progress >= nanos(STALL)
+            && runners < work.envs.len()
+            && work.pending();
+        if stalled {
+            match spawn_runner(work) {
+                Ok(handle) => lock(&work.spares).push(handle),
+                // No thread to spare: the commands wait for a runner.
+                Err(message) => eprintln!("rlpool worker: {message}"),
+            }
+        }
+        let guard = lock(&work.watcher_lock);
+        let quiet = idle == runners
+            && since_progress >= nanos(IDLE_AFTER)
+            && work.unrung.load(Ordering::SeqCst) == 0;
+        if quiet {
+            // SeqCst: pairs with `Work::wake_watcher` (see there).
+            work.watcher_asleep.store(true, Ordering::SeqCst);
+            if work.idle.load(Ordering::SeqCst) == work.runners.load(Ordering::SeqCst)
+                && !work.stop.load(Ordering::SeqCst)
+            {
+                // Until a runner starts a command (or stop); the timeout
+                // only bounds a lost wake-up.
+                let _ = work.wake_watcher.wait_timeout(guard, STOP_POLL);
+            }
+            work.watcher_asleep.store(false, Ordering::SeqCst);
+        } else {
+            let _ = work.wake_watcher.wait_timeout(guard, WATCH);
+        }
+    }
 }
 
 fn spawn_runner(work: &Arc<Work>) -> Result<JoinHandle<()>, String> {
@@ -555,7 +665,9 @@ fn run_commands(work: &Work) {
                 let mut ran = false;
                 // Results are published quietly and the parent's bell rung
                 // once per scan (or every `RING_EVERY` of a long one), so a
-                // sleeping parent wakes once per batch, not once per env.
+                // sleeping parent wakes once per batch, not once per env;
+                // while this runner is inside a long step, the watcher
+                // rings for the results before it.
                 let mut unrung = false;
                 let mut rung_at = Instant::now();
                 for local in 0..work.envs.len() {
@@ -563,19 +675,19 @@ fn run_commands(work: &Work) {
                     if let Ok(Some(word)) = exchange.try_take_command(slot) {
                         ran = true;
                         if !busy(work, || shm_command(work, exchange, local, word)) {
-                            exchange.ring();
+                            work.ring(exchange);
                             return;
                         }
                         unrung = true;
                         if rung_at.elapsed() >= RING_EVERY {
-                            exchange.ring();
+                            work.ring(exchange);
                             unrung = false;
                             rung_at = Instant::now();
                         }
                     }
                 }
                 if unrung {
-                    exchange.ring();
+                    work.ring(exchange);
                 }
                 if !ran {
                     bells.wait(*bell, ticket, Some(Instant::now() + STOP_POLL), RUNNER_SPIN);
@@ -596,6 +708,7 @@ const RUNNER_SPIN: Duration = Duration::from_micros(500);
 /// Runs `body` counted as busy (not idle), then records progress.
 fn busy<R>(work: &Work, body: impl FnOnce() -> R) -> R {
     work.idle.fetch_sub(1, Ordering::SeqCst);
+    work.wake_watcher();
     let out = body();
     work.progress.store(work.now(), Ordering::SeqCst);
     work.idle.fetch_add(1, Ordering::SeqCst);
@@ -721,6 +834,9 @@ fn shm_command(work: &Work, exchange: &Exchange, local: usize, word: u32) -> boo
         }),
         Err(failed) => Err(failed),
     };
+    if published.is_ok() {
+        work.published_quietly();
+    }
     if let Err(failed) = published {
         if send(&work.writer, &failed).is_err() {
             return false;

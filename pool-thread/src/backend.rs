@@ -11,12 +11,7 @@ use std::time::{Duration, Instant};
 use envs::{Env, EnvError, EnvSpecs, Runner};
 use tensordict::TensorDict;
 
-use crate::queue::{Job, WorkQueue, MAX_CHUNK};
-
-use smallvec::SmallVec;
-
-/// Chunks up to this many envs keep their per-chunk lists on the stack.
-const CHUNK_INLINE: usize = 16;
+use crate::queue::{Job, WorkQueue, HELP_CHUNK};
 use crate::signal::Signal;
 use crate::{Rows, ThreadError, ThreadOptions};
 
@@ -66,8 +61,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Every env's latest result in its row of two batches of all envs
-/// (EnvPool's state buffer): a worker copies the results of a chunk there,
-/// column by column, before it publishes them, so that a receive of many
+/// (EnvPool's state buffer): a worker copies each result there, column by
+/// column, before it publishes it, so that a receive of many
 /// results copies nothing (all envs, in order: the batches themselves,
 /// copied on write if the caller still holds them when the next results
 /// arrive) or gathers rows of one storage per entry.
@@ -118,95 +113,48 @@ impl BatchRows {
         })
     }
 
-    /// Copies the results of a chunk's envs that ran without error into
-    /// their rows and records which rows hold them. Returns the envs (bit
-    /// `j` for `chunk[j]`) whose deferred root was written from their step
-    /// row; any other deferred root is the caller's to bring up to date.
-    fn store(&mut self, chunk: &[Job], cells: &[MutexGuard<'_, Cell>]) -> u64 {
-        let mut next_at: SmallVec<[usize; CHUNK_INLINE]> = SmallVec::new();
-        let mut next_rows: SmallVec<[&TensorDict; CHUNK_INLINE]> = SmallVec::new();
-        let mut root_at: SmallVec<[usize; CHUNK_INLINE]> = SmallVec::new();
-        let mut root_rows: SmallVec<[&TensorDict; CHUNK_INLINE]> = SmallVec::new();
-        // Bit `j`: `chunk[j]`'s root is its step's entries (a
-        // step-and-maybe-reset that reset nothing, its root deferred:
-        // `Runner::defer_root`).
-        let mut root_in_next = 0u64;
-        for (j, (&Job { env, .. }, cell)) in chunk.iter().zip(cells).enumerate() {
-            self.rows[env] = 0;
-            if cell.error.is_some() {
-                continue;
-            }
-            if cell.op != Op::Reset {
-                next_at.push(env);
-                next_rows.push(&cell.runner.next);
-            }
-            if cell.op != Op::Step {
-                if cell.runner.root_is_next() {
-                    root_in_next |= 1 << j;
-                } else {
-                    root_at.push(env);
-                    root_rows.push(&cell.runner.root);
-                }
-            }
+    /// Copies the result of env `env` (if it ran without error) into its
+    /// rows and records which rows hold it. Returns whether its deferred
+    /// root was written from its step row; any other deferred root is the
+    /// caller's to bring up to date.
+    fn store(&mut self, env: usize, cell: &Cell) -> bool {
+        self.rows[env] = 0;
+        if cell.error.is_some() {
+            return false;
         }
-        store_rows(
-            &mut self.next,
-            &mut self.rows,
-            NEXT_ROW,
-            &next_at,
-            &next_rows,
-        );
-        store_rows(
-            &mut self.root,
-            &mut self.rows,
-            ROOT_ROW,
-            &root_at,
-            &root_rows,
-        );
-        // Those roots from the step rows just written, column by column.
-        for (j, &Job { env, .. }) in chunk.iter().enumerate() {
-            if self.rows[env] & NEXT_ROW == 0 {
-                root_in_next &= !(1 << j);
+        if cell.op != Op::Reset
+            && self
+                .next
+                .write_rows_at(&[env], &[&cell.runner.next])
+                .is_ok()
+        {
+            self.rows[env] |= NEXT_ROW;
+        }
+        if cell.op == Op::Step {
+            return false;
+        }
+        if !cell.runner.root_is_next() {
+            // If it does not fit (an env changed its result's keys or
+            // shapes), the row stays unmarked: the receiver then reads the
+            // result from its slot and reports it.
+            if self
+                .root
+                .write_rows_at(&[env], &[&cell.runner.root])
+                .is_ok()
+            {
+                self.rows[env] |= ROOT_ROW;
             }
+            return false;
         }
-        let envs: SmallVec<[usize; CHUNK_INLINE]> = (0..chunk.len())
-            .filter(|&j| root_in_next & (1 << j) != 0)
-            .map(|j| chunk[j].env)
-            .collect();
-        if envs.is_empty() || self.root.fill_rows_from(&envs, &self.next, &envs).is_err() {
-            return 0;
-        }
-        for &env in &envs {
+        // The root is its step's entries (a step-and-maybe-reset that reset
+        // nothing, its root deferred: `Runner::defer_root`): copied from the
+        // step row just written.
+        let copied = self.rows[env] & NEXT_ROW != 0
+            && self.root.fill_rows_from(&[env], &self.next, &[env]).is_ok();
+        if copied {
             self.rows[env] |= ROOT_ROW;
         }
-        root_in_next
-    }
-}
-
-/// Writes `rows[j]` into row `at[j]` of `batch` and marks it in `flags`
-/// with `bit`; if a result does not fit the batch (an env changed its
-/// result's keys or shapes), the others are written one by one and it stays
-/// unmarked (the receiver then reads it from its slot and reports it).
-fn store_rows(
-    batch: &mut TensorDict,
-    flags: &mut [u8],
-    bit: u8,
-    at: &[usize],
-    rows: &[&TensorDict],
-) {
-    if at.is_empty() {
-        return;
-    }
-    if batch.write_rows_at(at, rows).is_ok() {
-        for &env in at {
-            flags[env] |= bit;
-        }
-        return;
-    }
-    for (&env, &row) in at.iter().zip(rows) {
-        if batch.write_rows_at(&[env], &[row]).is_ok() {
-            flags[env] |= bit;
-        }
+        copied
     }
 }
 
@@ -258,8 +206,8 @@ struct Shared {
     /// first.
     published: Vec<AtomicU64>,
     /// With [`Rows::Batch`] and envs of one layout: every
-    /// env's latest result in its row of a batch. Locked after a chunk's
-    /// cells, never before one.
+    /// env's latest result in its row of a batch. Locked after an env's
+    /// cell, never before one.
     batch: Option<Mutex<BatchRows>>,
     queue: WorkQueue,
     done: Signal,
@@ -267,9 +215,9 @@ struct Shared {
     /// How long a receiver spins before sleeping: zero when the workers
     /// already use every core.
     receiver_spin: std::time::Duration,
-    /// About how long an env step of a recent chunk took, in nanoseconds
-    /// (a moving average over chunks of steps, updated by whoever ran
-    /// them): receivers help only while envs are quick.
+    /// About how long a recent env step took, in nanoseconds (a moving
+    /// average over runs of steps, updated by whoever ran them): receivers
+    /// help only while envs are quick.
     env_nanos: AtomicU64,
 }
 
@@ -294,9 +242,11 @@ pub struct EnvOutput<'a> {
 }
 
 /// Envs stepped by worker threads. Each env lives in a slot; a send copies
-/// the env's input into the slot and queues the env; a worker pulls a chunk
-/// of queued envs, runs each, and publishes its result in the slot; the
-/// owner takes the result out. An env is stepped by one worker at a time.
+/// the env's input into the slot and queues the env; a worker takes queued
+/// envs one at a time, runs each, and publishes its result in the slot at
+/// once (a result never waits for another env's step, and an env queued
+/// behind a long step is taken by another worker); the owner takes the
+/// result out. An env is stepped by one worker at a time.
 ///
 /// This type does the work; the pool's semantics (busy envs, targets,
 /// `min_get`, ordering, stacking) are the facade's.
@@ -402,7 +352,7 @@ impl ThreadBackend {
             done: Signal::default(),
             workers,
             receiver_spin,
-            // No helping until chunks showed quick envs.
+            // No helping until runs of steps showed quick envs.
             env_nanos: AtomicU64::new(HELP_MAX_ENV_TIME.as_nanos() as u64),
         });
         // A pinned worker reports whether it could pin itself before it
@@ -600,7 +550,8 @@ impl ThreadBackend {
         Ok(())
     }
 
-    /// Runs a chunk of queued envs (at most 8) in the calling thread, if
+    /// Runs queued envs (at most 8, each published as it finishes) in the
+    /// calling thread, if
     /// any is queued and env steps have been quick (a moving average under
     /// 10 us): a receiver that would otherwise wait helps the workers. Returns
     /// whether it ran anything. Never with [`ThreadOptions::affinity`]:
@@ -611,7 +562,7 @@ impl ThreadBackend {
     /// worker at each yield. Helping, it steps the envs in the worker's
     /// place instead, and the batch is done sooner (`perf sched`, 64
     /// CartPoles on 2 cores: batches of ~33 us instead of ~52 under the
-    /// tracer). It blocks for as long as the chunk's envs take, so a
+    /// tracer). It blocks for as long as those envs take, so a
     /// receiver helps only when it has to wait for every queued env anyway.
     pub fn help(&self) -> bool {
         let quick =
@@ -619,21 +570,20 @@ impl ThreadBackend {
         if self.pinned || !quick {
             return false;
         }
-        thread_local! {
-            /// A helping receiver's chunk buffer, kept between calls (a
-            /// receive helps several times per batch). Taken out while in
-            /// use: an env that runs a pool of its own may help in it.
-            static CHUNK: std::cell::Cell<Vec<Job>> = const { std::cell::Cell::new(Vec::new()) };
+        let mut timing = StepTiming::new();
+        let mut ran = 0;
+        while ran < HELP_CHUNK {
+            let Some(job) = self.shared.queue.try_pop_any() else {
+                break;
+            };
+            timing.start(job.op);
+            run_job(&self.shared, &job);
+            timing.ran(&self.shared.env_nanos);
+            ran += 1;
         }
-        let mut chunk = CHUNK.take();
-        let ran = self.shared.queue.try_pull(None, &mut chunk);
-        if ran {
-            run_chunk(&self.shared, &chunk);
-        }
-        // The jobs hold the sent tensordicts: not kept past the chunk.
-        chunk.clear();
-        CHUNK.set(chunk);
-        ran
+        // The run ends here (the helper returns to its receive).
+        timing.end(&self.shared.env_nanos);
+        ran > 0
     }
 
     /// Wakes every thread waiting for results once (after results were taken
@@ -885,62 +835,118 @@ fn pin_worker(
     ok
 }
 
+/// A worker: takes its envs one at a time and publishes each result as
+/// soon as it is ready, so that no result waits on another env's step and
+/// no queued env waits behind one (another worker can take it meanwhile).
 fn worker_loop(shared: &Shared, worker: usize) {
-    let mut chunk = Vec::new();
-    while shared.queue.pull(worker, &mut chunk) {
-        run_chunk(shared, &chunk);
+    let mut timing = StepTiming::new();
+    loop {
+        let job = match shared.queue.try_pop(worker) {
+            Some(job) => job,
+            None => {
+                // Nothing queued: the run of steps ends before the wait.
+                timing.end(&shared.env_nanos);
+                match shared.queue.pop(worker) {
+                    Some(job) => job,
+                    None => return,
+                }
+            }
+        };
+        timing.start(job.op);
+        run_job(shared, &job);
+        timing.ran(&shared.env_nanos);
     }
 }
 
-/// Runs each env of a chunk (its input copied in first), copies the
-/// results into the batch rows (if any), then publishes them all.
-fn run_chunk(shared: &Shared, chunk: &[Job]) {
-    const _: () = assert!(MAX_CHUNK <= 64, "a chunk's failures fit a u64");
-    // The chunk's cells stay locked until its results are in the batch rows
-    // (nobody else touches a queued env's cell).
-    let mut cells: SmallVec<[MutexGuard<'_, Cell>; CHUNK_INLINE]> = SmallVec::new();
-    let mut failed = 0u64;
-    let started = Instant::now();
-    for (j, job) in chunk.iter().enumerate() {
-        let mut cell = lock(&shared.cells[job.env]);
-        if prepare(job, &mut cell) || run_cell(job.env, &mut cell) {
-            failed |= 1 << j;
+/// The times of a run of env steps, folded into `Shared::env_nanos` once
+/// per run (at most [`TIMED_RUN`] envs, or until nothing is queued): two
+/// clock reads per run, not per env.
+struct StepTiming {
+    /// When the run began.
+    since: Option<Instant>,
+    /// Envs run since then.
+    envs: usize,
+    /// Whether a reset was among them (an env's reset may take far less
+    /// than its step: such a run is not counted).
+    reset: bool,
+}
+
+/// The most envs of one timed run ([`StepTiming`]).
+const TIMED_RUN: usize = 16;
+
+impl StepTiming {
+    fn new() -> StepTiming {
+        StepTiming {
+            since: None,
+            envs: 0,
+            reset: false,
         }
-        cells.push(cell);
     }
-    // Steps only: an env's reset may take far less than its step.
-    if chunk.iter().all(|job| job.op != Op::Reset) {
-        record_env_time(&shared.env_nanos, started.elapsed(), chunk.len());
+
+    /// An env of `op` is about to run.
+    fn start(&mut self, op: Op) {
+        if self.since.is_none() {
+            self.since = Some(Instant::now());
+        }
+        self.reset |= op == Op::Reset;
     }
-    let roots_in_rows = match &shared.batch {
-        Some(batch) => lock(batch).store(chunk, &cells),
-        None => 0,
+
+    /// An env ran: ends the run after [`TIMED_RUN`] envs.
+    fn ran(&mut self, average: &AtomicU64) {
+        self.envs += 1;
+        if self.envs >= TIMED_RUN {
+            self.end(average);
+        }
+    }
+
+    /// Ends the run: folds its time per env into `average` (unless it held
+    /// a reset or no env).
+    fn end(&mut self, average: &AtomicU64) {
+        if let Some(since) = self.since.take() {
+            if !self.reset && self.envs > 0 {
+                record_env_time(average, since.elapsed(), self.envs);
+            }
+        }
+        self.envs = 0;
+        self.reset = false;
+    }
+}
+
+/// Runs one env (its input copied in first), copies its result into the
+/// batch rows (if any), then publishes it.
+fn run_job(shared: &Shared, job: &Job) {
+    let env = job.env;
+    let failed = {
+        let mut cell = lock(&shared.cells[env]);
+        let mut failed = prepare(job, &mut cell) || run_cell(env, &mut cell);
+        // The cell stays locked until its result is in the batch rows
+        // (nobody else touches a queued env's cell).
+        let root_in_row = match &shared.batch {
+            Some(batch) => lock(batch).store(env, &cell),
+            None => false,
+        };
+        // A deferred root that is not in its row is brought up to date in
+        // its cell now, so that a failure to (an env that changed its
+        // layout) is this env's failure, reported like any other.
+        if !root_in_row && !failed && sync_root(env, &mut cell) {
+            failed = true;
+        }
+        failed
     };
-    // A deferred root that is not in its row is brought up to date in its
-    // cell now, so that a failure to (an env that changed its layout) is
-    // this env's failure, reported alone like any other.
-    for (j, cell) in cells.iter_mut().enumerate() {
-        if roots_in_rows & (1 << j) == 0 && failed & (1 << j) == 0 && sync_root(chunk[j].env, cell)
-        {
-            failed |= 1 << j;
-        }
-    }
-    drop(cells);
-    let generation = shared.done.generation();
-    for (j, &Job { env, .. }) in chunk.iter().enumerate() {
-        // Relaxed: read only after the Acquire of DONE below.
-        shared.published[env].store(generation, Ordering::Relaxed);
-        // Release: the result written under the cell's lock (and into the
-        // batch rows) is visible to whoever sees DONE (pairs with the
-        // Acquire in `is_done`).
-        let phase = if failed & (1 << j) != 0 { FAILED } else { DONE };
-        shared.phases[env].store(phase, Ordering::Release);
-    }
-    shared.done.notify_n(chunk.len() as u64);
+    // Relaxed: read only after the Acquire of DONE below.
+    shared.published[env].store(shared.done.generation(), Ordering::Relaxed);
+    // Release: the result written under the cell's lock (and into the batch
+    // rows) is visible to whoever sees DONE (pairs with the Acquire in
+    // `is_done`).
+    let phase = if failed { FAILED } else { DONE };
+    shared.phases[env].store(phase, Ordering::Release);
+    // One count per result; a sleeping receiver is woken only once the
+    // count it waits for is reached (`Signal::notify_n`).
+    shared.done.notify();
 }
 
-/// Folds a chunk's run time into the moving average of one env's
-/// (`Shared::env_nanos`, weight 1/8 per chunk). Workers race on it; a lost
+/// Folds a run's time into the moving average of one env's
+/// (`Shared::env_nanos`, weight 1/8 per run). Workers race on it; a lost
 /// update only makes the average a little older.
 fn record_env_time(average: &AtomicU64, elapsed: Duration, envs: usize) {
     let sample = u64::try_from(elapsed.as_nanos() / envs.max(1) as u128).unwrap_or(u64::MAX);
@@ -1036,37 +1042,22 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::thread::ThreadId;
 
-    /// A CountingEnv whose steps (env 0's) wait while `hold` is set, and
-    /// that records the threads that step it.
-    struct Held {
-        inner: CountingEnv,
+    /// A CountingEnv (env `index`) that records the threads that step it,
+    /// and whose steps wait while `hold` is set if it is env `held`.
+    fn held(
         index: usize,
+        held: usize,
         hold: Arc<AtomicBool>,
         ran_on: Arc<Mutex<Vec<ThreadId>>>,
-    }
-
-    impl Env for Held {
-        fn specs(&self) -> &EnvSpecs {
-            self.inner.specs()
-        }
-        fn set_seed(&mut self, seed: u64) {
-            self.inner.set_seed(seed);
-        }
-        fn reset_into(
-            &mut self,
-            input: Option<&TensorDict>,
-            out: &mut TensorDict,
-        ) -> Result<(), EnvError> {
-            self.inner.reset_into(input, out)
-        }
-        fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-            lock(&self.ran_on).push(std::thread::current().id());
+    ) -> Box<dyn Env> {
+        test_envs::OnStep::boxed(CountingEnv::new(0, 100), move |inner, input, next| {
+            lock(&ran_on).push(std::thread::current().id());
             let until = Instant::now() + Duration::from_secs(10);
-            while self.index == 0 && self.hold.load(Ordering::SeqCst) && Instant::now() < until {
+            while index == held && hold.load(Ordering::SeqCst) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            self.inner.step_into(input, next)
-        }
+            inner.step_into(input, next)
+        })
     }
 
     /// Waits (at most 10 s) until every one of `envs` is done, and
@@ -1094,14 +1085,7 @@ mod tests {
             let factories: Vec<EnvFactory> = (0..4)
                 .map(|index| {
                     let (hold, ran_on) = (Arc::clone(&hold), Arc::clone(&ran_on));
-                    Box::new(move || {
-                        Ok(Box::new(Held {
-                            inner: CountingEnv::new(0, 100),
-                            index,
-                            hold,
-                            ran_on,
-                        }) as Box<dyn Env>)
-                    }) as EnvFactory
+                    Box::new(move || Ok(held(index, 0, hold, ran_on))) as EnvFactory
                 })
                 .collect();
             let mut options = ThreadOptions::default().threads(1);
@@ -1129,8 +1113,8 @@ mod tests {
             hold.store(true, Ordering::SeqCst);
             lock(&ran_on).clear();
             backend.send(Op::Step, &rows, Some(&actions)).unwrap();
-            // The worker is stuck in env 0 (with env 1 in its chunk); envs
-            // 2 and 3 wait in the queue.
+            // The worker is stuck in env 0; envs 1, 2 and 3 wait in the
+            // queue.
             let deadline = Instant::now() + Duration::from_secs(10);
             while lock(&ran_on).is_empty() {
                 assert!(Instant::now() < deadline, "the worker did not start");
@@ -1143,6 +1127,53 @@ mod tests {
             assert_eq!(here > 0, !pinned, "{here} env steps ran here");
             hold.store(false, Ordering::SeqCst);
             collect(&backend, 4);
+        }
+    }
+
+    /// A result never waits for another env's step, and an env queued
+    /// behind a step that does not return is taken by the other worker:
+    /// with env `stuck` stuck in its step (first or second of worker 0's
+    /// envs), every other env's result is published while it is still
+    /// stuck (no timing involved: the held env waits until released).
+    #[test]
+    fn results_do_not_wait_for_a_stuck_env() {
+        for stuck in [0, 1] {
+            let hold = Arc::new(AtomicBool::new(false));
+            let ran_on = Arc::new(Mutex::new(Vec::new()));
+            let factories: Vec<EnvFactory> = (0..8)
+                .map(|index| {
+                    let (hold, ran_on) = (Arc::clone(&hold), Arc::clone(&ran_on));
+                    Box::new(move || Ok(held(index, stuck, hold, ran_on))) as EnvFactory
+                })
+                .collect();
+            let options = ThreadOptions::default().threads(2);
+            let backend = ThreadBackend::start(factories, &options, Rows::Batch).unwrap();
+            let all: Vec<(usize, Option<usize>)> = (0..8).map(|env| (env, None)).collect();
+            backend.send(Op::Reset, &all, None).unwrap();
+            collect(&backend, 8);
+            let mut actions = TensorDict::new(&[8]);
+            actions
+                .set("action", tensordict::Tensor::full(&[8, 1], 1i64))
+                .unwrap();
+            let rows: Vec<(usize, Option<usize>)> = (0..8).map(|env| (env, Some(env))).collect();
+            hold.store(true, Ordering::SeqCst);
+            backend.send(Op::Step, &rows, Some(&actions)).unwrap();
+            let others: Vec<usize> = (0..8).filter(|&env| env != stuck).collect();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !others.iter().all(|&env| backend.is_done(env)) {
+                assert!(
+                    Instant::now() < deadline,
+                    "env {stuck} stuck: results waited for it"
+                );
+                backend.wait(backend.generation(), Some(deadline));
+            }
+            assert!(!backend.is_done(stuck), "env {stuck} not stuck");
+            // Their rows are in the batch too.
+            let (next, _) = backend.gather(Op::Step, &others).expect("in their rows");
+            let counts = next.unwrap().tensor("observation").unwrap().to_vec::<i32>();
+            assert_eq!(counts.unwrap(), vec![1; 7], "env {stuck} stuck");
+            hold.store(false, Ordering::SeqCst);
+            collect(&backend, 8);
         }
     }
 

@@ -5,10 +5,11 @@
 //! inputs, its `"next"` outputs, its reset root). A send checks the inputs
 //! and queues the envs with them, each in the queue of the worker whose
 //! block of envs it belongs to (so an env stays on one thread); a worker
-//! pulls a chunk of its queue (about half of it, so a batch is split in a
-//! few pulls), or of another's when its own is empty, copies each env's
-//! inputs into its slot, runs `reset_into` / `step_into` on each, catches
-//! any panic, and publishes the chunk's results in their slots (with
+//! takes the envs of its queue one at a time (when it is empty, it moves
+//! half of another's into its own first), copies the env's inputs into its
+//! slot, runs `reset_into` / `step_into`, catches any panic, and publishes
+//! the result in its slot at once, so that no result waits for another
+//! env's step and no queued env waits behind one (with
 //! [`Rows::Batch`], also copied column by column into each
 //! env's row of a batch of all envs, EnvPool's state buffer, so that a
 //! receive of many results copies nothing more); the owner waits for results

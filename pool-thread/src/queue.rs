@@ -30,6 +30,12 @@ pub(crate) struct Job {
 
 /// Env tasks waiting for a worker, one queue per worker, and the signal
 /// workers sleep on.
+///
+/// A worker takes its jobs one at a time ([`WorkQueue::pop`]): the jobs it
+/// has not started stay in its queue, where another worker (or a helping
+/// receiver) can take them while it is inside a long env step. A worker
+/// whose queue is empty moves half of another's (from the back) into its
+/// own, so a backlog is shared in few steals and stays stealable.
 #[derive(Debug)]
 pub(crate) struct WorkQueue {
     queues: Vec<Mutex<VecDeque<Job>>>,
@@ -38,12 +44,12 @@ pub(crate) struct WorkQueue {
     stop: AtomicBool,
 }
 
-/// The most envs one worker takes at a time.
-pub(crate) const MAX_CHUNK: usize = 64;
+/// The most envs one steal moves from another worker's queue.
+pub(crate) const MAX_STEAL: usize = 64;
 
-/// The most envs a helping receiver takes at a time: it returns to its
-/// receive between chunks (to see a failure, a shutdown, or that its
-/// batch is complete while others' envs, sent meanwhile, wait).
+/// The most envs a helping receiver runs in one call: it returns to its
+/// receive between calls (to see a failure, a shutdown, or that its batch
+/// is complete while others' envs, sent meanwhile, wait).
 pub(crate) const HELP_CHUNK: usize = 8;
 
 fn lock(queue: &Mutex<VecDeque<Job>>) -> MutexGuard<'_, VecDeque<Job>> {
@@ -69,7 +75,7 @@ impl WorkQueue {
     /// Queues jobs (each in its env's home queue) and wakes the workers.
     pub(crate) fn push_all(&self, jobs: impl IntoIterator<Item = Job>) {
         {
-            // Every queue locked once, in order (a worker locks one at a time).
+            // Every queue locked once, in order (nobody else holds two).
             let mut queues: Vec<MutexGuard<'_, VecDeque<Job>>> =
                 self.queues.iter().map(lock).collect();
             for job in jobs {
@@ -80,59 +86,62 @@ impl WorkQueue {
         self.pushed.notify();
     }
 
-    /// Takes a chunk of queued jobs into `out` (cleared first) without
-    /// waiting: from worker `worker`'s own queue first (about half of it, so
-    /// that its results are published in a few steps), else from the back
-    /// of another's (half of what is left there); any queue's for `None` (a
-    /// helping receiver, at most [`HELP_CHUNK`]). At least one job and at
-    /// most 64. Returns `false`
-    /// if every queue is empty or the queue is stopped.
-    pub(crate) fn try_pull(&self, worker: Option<usize>, out: &mut Vec<Job>) -> bool {
-        out.clear();
+    /// Takes the next job of worker `worker` without waiting: the front of
+    /// its own queue; if that is empty, half of another's (from the back,
+    /// at most [`MAX_STEAL`]) moved into its own first. `None` if every
+    /// queue is empty or the queue is stopped.
+    pub(crate) fn try_pop(&self, worker: usize) -> Option<Job> {
         if self.stop.load(Ordering::Acquire) {
-            return false;
+            return None;
         }
         let n = self.queues.len();
-        let own = worker.map(|w| w % n);
-        if let Some(own) = own {
-            let mut queue = lock(&self.queues[own]);
-            let take = (queue.len() / 2).clamp(1, MAX_CHUNK).min(queue.len());
-            out.extend(queue.drain(..take));
-            if !out.is_empty() {
-                return true;
-            }
+        let own = worker % n;
+        if let Some(job) = lock(&self.queues[own]).pop_front() {
+            return Some(job);
         }
-        let first = own.map_or(0, |w| w + 1);
-        for i in 0..n {
-            let victim = (first + i) % n;
-            if Some(victim) == own {
-                continue;
+        for i in 1..n {
+            let victim = (own + i) % n;
+            let mut stolen: VecDeque<Job> = {
+                let mut queue = lock(&self.queues[victim]);
+                let len = queue.len();
+                if len == 0 {
+                    continue;
+                }
+                let take = len.div_ceil(2).min(MAX_STEAL);
+                queue.split_off(len - take)
+            };
+            // The first stolen job is run now, the others wait in this
+            // worker's queue, where anyone can take them. (One lock at a
+            // time: the victim's is released first.)
+            let first = stolen.pop_front();
+            if !stolen.is_empty() {
+                lock(&self.queues[own]).extend(stolen);
             }
-            let mut queue = lock(&self.queues[victim]);
-            let len = queue.len();
-            if len == 0 {
-                continue;
-            }
-            let most = if own.is_some() { MAX_CHUNK } else { HELP_CHUNK };
-            let take = (len / 2).clamp(1, most).min(len);
-            out.extend(queue.drain(len - take..));
-            return true;
+            return first;
         }
-        false
+        None
     }
 
-    /// Takes a chunk of queued jobs into `out` (cleared first), as
-    /// [`WorkQueue::try_pull`] for worker `worker`. Waits while every queue
-    /// is empty; returns `false` once the queue is stopped.
-    pub(crate) fn pull(&self, worker: usize, out: &mut Vec<Job>) -> bool {
-        out.clear();
+    /// Takes one queued job from the back of any queue (a helping
+    /// receiver's), without waiting. `None` if every queue is empty or the
+    /// queue is stopped.
+    pub(crate) fn try_pop_any(&self) -> Option<Job> {
+        if self.stop.load(Ordering::Acquire) {
+            return None;
+        }
+        self.queues.iter().find_map(|queue| lock(queue).pop_back())
+    }
+
+    /// Takes the next job of worker `worker`, as [`WorkQueue::try_pop`].
+    /// Waits while every queue is empty; `None` once the queue is stopped.
+    pub(crate) fn pop(&self, worker: usize) -> Option<Job> {
         loop {
             let seen = self.pushed.generation();
             if self.stop.load(Ordering::Acquire) {
-                return false;
+                return None;
             }
-            if self.try_pull(Some(worker), out) {
-                return true;
+            if let Some(job) = self.try_pop(worker) {
+                return Some(job);
             }
             // Sleeps until something is pushed or the queue is stopped; no
             // deadline: an idle worker has nothing else to do.
@@ -140,9 +149,16 @@ impl WorkQueue {
         }
     }
 
-    /// Stops the queue: workers return from `pull` (queued jobs are left).
+    /// Whether worker `worker`'s own queue is empty (its next
+    /// [`WorkQueue::pop`] would steal or wait).
+    #[cfg(test)]
+    pub(crate) fn own_is_empty(&self, worker: usize) -> bool {
+        lock(&self.queues[worker % self.queues.len()]).is_empty()
+    }
+
+    /// Stops the queue: workers return from `pop` (queued jobs are left).
     pub(crate) fn stop(&self) {
-        // Release: pairs with the Acquire in `pull`.
+        // Release: pairs with the Acquire in `pop`.
         self.stop.store(true, Ordering::Release);
         self.pushed.notify();
     }
@@ -160,43 +176,44 @@ mod tests {
         }
     }
 
-    fn envs(jobs: &[Job]) -> Vec<usize> {
-        jobs.iter().map(|j| j.env).collect()
-    }
-
     #[test]
-    fn workers_take_their_own_envs_first_then_steal_from_the_back() {
+    fn workers_take_their_own_envs_first_then_steal_half_from_the_back() {
         let queue = WorkQueue::new(2, 8);
         queue.push_all((0..8).map(job));
-        let mut out = Vec::new();
-        assert!(queue.try_pull(Some(1), &mut out));
-        assert_eq!(envs(&out), vec![4, 5]);
-        assert!(queue.try_pull(Some(1), &mut out));
-        assert_eq!(envs(&out), vec![6]);
-        assert!(queue.try_pull(Some(1), &mut out));
-        assert_eq!(envs(&out), vec![7]);
-        // Its own queue is empty: half of what worker 0 has left, from the back.
-        assert!(queue.try_pull(Some(1), &mut out));
-        assert_eq!(envs(&out), vec![2, 3]);
-        assert!(queue.try_pull(None, &mut out));
-        assert_eq!(envs(&out), vec![1]);
-        assert!(queue.try_pull(Some(0), &mut out));
-        assert_eq!(envs(&out), vec![0]);
-        assert!(!queue.try_pull(Some(0), &mut out));
+        let pop = |worker| queue.try_pop(worker).map(|j| j.env);
+        assert_eq!(pop(1), Some(4));
+        assert_eq!(pop(1), Some(5));
+        assert_eq!(pop(1), Some(6));
+        assert_eq!(pop(1), Some(7));
+        // Its own queue is empty: half of worker 0's (2, 3) moves over, 2
+        // runs now and 3 stays stealable in worker 1's queue.
+        assert_eq!(pop(1), Some(2));
+        assert!(!queue.own_is_empty(1));
+        assert_eq!(queue.try_pop_any().map(|j| j.env), Some(1));
+        assert_eq!(pop(0), Some(0));
+        // Worker 0 steals worker 1's last one.
+        assert_eq!(pop(0), Some(3));
+        assert_eq!(pop(0), None);
+        assert!(queue.try_pop_any().is_none());
         queue.stop();
-        assert!(!queue.pull(0, &mut out));
+        assert!(queue.pop(0).is_none());
     }
 
-    /// A helping receiver takes at most `HELP_CHUNK` envs, from the back;
-    /// a worker half of its queue.
+    /// The jobs a worker has not started stay where others can take them:
+    /// a worker takes one job at a time, so while it runs one, another
+    /// worker (or a helper) takes the rest of its queue.
     #[test]
-    fn a_helper_takes_small_chunks() {
-        let queue = WorkQueue::new(1, 40);
-        queue.push_all((0..40).map(job));
-        let mut out = Vec::new();
-        assert!(queue.try_pull(None, &mut out));
-        assert_eq!(envs(&out), (32..40).collect::<Vec<_>>());
-        assert!(queue.try_pull(Some(0), &mut out));
-        assert_eq!(envs(&out), (0..16).collect::<Vec<_>>());
+    fn a_busy_workers_queue_stays_stealable() {
+        let queue = WorkQueue::new(2, 16);
+        queue.push_all((0..8).map(job));
+        assert_eq!(queue.try_pop(0).map(|j| j.env), Some(0));
+        // Worker 0 is "inside" env 0: worker 1 takes half of the rest, and
+        // then the rest of that, and a helper the remainder.
+        let mut taken: Vec<usize> = std::iter::from_fn(|| queue.try_pop(1).map(|j| j.env))
+            .take(4)
+            .collect();
+        taken.extend(std::iter::from_fn(|| queue.try_pop_any().map(|j| j.env)));
+        taken.sort_unstable();
+        assert_eq!(taken, (1..8).collect::<Vec<_>>());
     }
 }

@@ -14,7 +14,10 @@
 //!    the pool is dropped no memfd of it is open or mapped in this process.
 //!
 //! The pools have 4 envs: env 0 carries the fault; with processes, envs 0
-//! and 1 share worker 0 and envs 2 and 3 share worker 1. The tests run one
+//! and 1 share worker 0 and envs 2 and 3 share worker 1. The slow-env and
+//! hung-env rows have 16 envs on 2 threads or 2 workers of 8 (one runner
+//! each on a 2-core machine): the other envs' results must arrive while the
+//! slow or hung one is still inside its step. The tests run one
 //! at a time (a lock): the memfd check looks at the whole process, and the
 //! latencies are not measured against each other. The figures:
 //! `cargo test -p pool --test faults -- --nocapture --test-threads 1`
@@ -34,7 +37,7 @@ use pool::{
     StackMode, Target, ThreadError,
 };
 
-use common::test_envs::{self, fault_message, Fault, FAULTY};
+use common::test_envs::{self, fault_message, held_kwargs, Fault, Release, FAULTY};
 use common::{actions, dev_shm, env_index, gone, watchdog};
 
 /// The entry point of every worker of this binary; in the parent it only
@@ -94,12 +97,13 @@ enum Config {
 use Config::{Queue, Shm, Threads};
 
 impl Config {
-    fn backend(self) -> Backend {
+    /// The backend for a pool of `envs` envs: 2 threads, or 2 workers.
+    fn backend_for(self, envs: usize) -> Backend {
         let procs = |exchange| {
             Backend::Multiprocessing(
                 ProcOptions::for_test("rlpool_worker")
                     .exchange(exchange)
-                    .envs_per_worker(2)
+                    .envs_per_worker(envs.div_ceil(2))
                     .shutdown_timeout(SHUTDOWN_DEADLINE),
             )
         };
@@ -130,15 +134,21 @@ fn counters(config: Config, faulty: Kwargs, common: &Kwargs) -> AsyncEnvPool {
     };
     let mut each = vec![with(faulty)];
     each.extend((1..ENVS).map(|_| with(Kwargs::new())));
+    counters_each(config, each)
+}
+
+/// A pool of FaultyCounters, one per keywords of `each`; reset once.
+fn counters_each(config: Config, each: Vec<Kwargs>) -> AsyncEnvPool {
+    let n = each.len();
     let pool = AsyncEnvPool::builder()
-        .backend(config.backend())
+        .backend(config.backend_for(n))
         .stack(StackMode::Dense)
-        .registered_each(FAULTY, ENVS, each)
+        .registered_each(FAULTY, n, each)
         .build()
         .unwrap_or_else(|err| panic!("{config:?}: {err}"));
     let root = pool.reset(None).unwrap().into_dense().unwrap();
     let obs = root.tensor("observation").unwrap().to_vec::<i32>().unwrap();
-    assert_eq!(obs, vec![0; ENVS], "{config:?}");
+    assert_eq!(obs, vec![0; n], "{config:?}");
     pool
 }
 
@@ -225,7 +235,12 @@ struct Model(Vec<Option<i32>>);
 
 impl Model {
     fn new() -> Model {
-        Model(vec![Some(0); ENVS])
+        Model::of(ENVS)
+    }
+
+    /// The model of `envs` envs.
+    fn of(envs: usize) -> Model {
+        Model(vec![Some(0); envs])
     }
 
     /// Checks each result of a round against the model and advances it: a
@@ -736,6 +751,173 @@ fn a_slow_step() {
                 "slow step",
                 config,
                 &format!("no error; its result after {slow:.1?} (first result {fast:.1?})"),
+                took,
+            );
+        }
+    });
+}
+
+/// The envs of the slow-env and hung-env rows.
+const MANY: usize = 16;
+
+/// Sends a step to every env of a pool of [`MANY`], one of which (`slow`)
+/// does not return from it (until released, or at all), and receives the
+/// others: all of them in one receive (`min_get` = 15), while the slow env
+/// is still inside its step, which nothing has released yet. Returns when
+/// they arrived, after the send.
+fn the_others_arrive(
+    pool: &AsyncEnvPool,
+    config: Config,
+    slow: usize,
+    model: &mut Model,
+) -> Duration {
+    let sent = Instant::now();
+    pool.async_step_send(actions(&[1; MANY]), Target::All)
+        .unwrap();
+    let others = pool
+        .async_step_recv(
+            Recv::new()
+                .min_get(MANY - 1)
+                .max_get(MANY - 1)
+                .timeout(PATIENCE),
+        )
+        .unwrap_or_else(|err| panic!("{config:?}, env {slow} slow: {err}"));
+    let latency = sent.elapsed();
+    let envs = env_index(&others);
+    let expected: Vec<usize> = (0..MANY).filter(|&env| env != slow).collect();
+    assert_eq!(envs, expected, "{config:?}, env {slow} slow");
+    let obs = others
+        .into_dense()
+        .unwrap()
+        .tensor(("next", "observation"))
+        .unwrap()
+        .to_vec::<i32>()
+        .unwrap();
+    let round = Round {
+        sent,
+        results: envs.into_iter().zip(obs).collect(),
+        errors: Vec::new(),
+    };
+    model.check(config, Op::Step, &round);
+    assert_eq!(
+        pool.in_flight(),
+        [slow],
+        "{config:?}: env {slow} still stepping"
+    );
+    assert!(latency < LATENCY_BOUND, "{config:?}: {latency:?}");
+    latency
+}
+
+/// Rounds of steps to `envs`, each checked against the model.
+fn plain_rounds(
+    pool: &AsyncEnvPool,
+    config: Config,
+    envs: &[usize],
+    rounds: usize,
+    model: &mut Model,
+) {
+    for _ in 0..rounds {
+        let round = round(pool, Op::Step, envs, || {});
+        assert!(round.errors.is_empty(), "{config:?}: {:?}", round.errors);
+        model.check(config, Op::Step, &round);
+    }
+}
+
+/// One env among 16 is slow: its step at [`FAULT_AT`] lasts until the
+/// test releases it. The other 15 results of that round arrive while it
+/// is still inside that step (first in its thread's or worker's block of
+/// envs, so nobody may run the others behind it; or fourth, so that the
+/// results before it must not wait for it); then it is released, its
+/// result comes, and every count is right.
+#[test]
+fn a_slow_env_among_16() {
+    serial(|| {
+        for config in [Threads, Queue, Shm] {
+            for slow in [0, 3] {
+                let shm_before = dev_shm();
+                let release = Release::new();
+                let each = (0..MANY)
+                    .map(|env| {
+                        if env == slow {
+                            held_kwargs(FAULT_AT, &release)
+                        } else {
+                            Kwargs::new()
+                        }
+                    })
+                    .collect();
+                let pool = counters_each(config, each);
+                let mut model = Model::of(MANY);
+                let all: Vec<usize> = (0..MANY).collect();
+                plain_rounds(&pool, config, &all, FAULT_AT as usize - 1, &mut model);
+                let latency = the_others_arrive(&pool, config, slow, &mut model);
+                release.release();
+                let result = pool
+                    .async_step_recv_env(slow, Some(PATIENCE))
+                    .unwrap_or_else(|err| panic!("{config:?}: {err}"));
+                let obs = result
+                    .tensor(("next", "observation"))
+                    .unwrap()
+                    .item::<i32>()
+                    .unwrap();
+                assert_eq!(i64::from(obs), FAULT_AT, "{config:?}: env {slow}");
+                model.0[slow] = Some(obs);
+                plain_rounds(&pool, config, &all, 5 - FAULT_AT as usize, &mut model);
+                assert_eq!(model.0, [Some(5); MANY], "{config:?}, env {slow} slow");
+                let took = shut_down(pool, config, &shm_before);
+                report(
+                    &format!("slow env {slow} of 16"),
+                    config,
+                    &format!("the other 15 after {latency:.1?}, while it was still stepping"),
+                    took,
+                );
+            }
+        }
+    });
+}
+
+/// One env among 16 hangs in its step at [`FAULT_AT`] (until shutdown):
+/// the other 15 results of that round arrive, a receive of the hung env
+/// with a timeout gives the typed timeout error, the others go on
+/// stepping, and shutdown returns within its grace (threads leave the
+/// stuck thread behind; processes kill the worker).
+#[test]
+fn a_hung_env_among_16() {
+    serial(|| {
+        for config in [Threads, Queue, Shm] {
+            let shm_before = dev_shm();
+            let each = (0..MANY)
+                .map(|env| {
+                    if env == 0 {
+                        test_envs::faulty_kwargs(FAULT_AT, Fault::Hang)
+                    } else {
+                        Kwargs::new()
+                    }
+                })
+                .collect();
+            let pool = counters_each(config, each);
+            let mut model = Model::of(MANY);
+            let all: Vec<usize> = (0..MANY).collect();
+            plain_rounds(&pool, config, &all, FAULT_AT as usize - 1, &mut model);
+            let latency = the_others_arrive(&pool, config, 0, &mut model);
+            let timeout = Duration::from_millis(50);
+            let start = Instant::now();
+            let err = pool.async_step_recv_env(0, Some(timeout)).unwrap_err();
+            let late = start.elapsed().saturating_sub(timeout);
+            assert!(
+                matches!(err, PoolError::EnvTimeout { env: 0, .. }),
+                "{config:?}: {err}"
+            );
+            assert!(late < OVERSHOOT_BOUND, "{config:?}: {late:?} late");
+            plain_rounds(&pool, config, &all[1..], 2, &mut model);
+            let mut expected = vec![Some(FAULT_AT as i32 + 2); MANY];
+            expected[0] = Some(FAULT_AT as i32 - 1);
+            assert_eq!(model.0, expected, "{config:?}");
+            assert_eq!(pool.in_flight(), [0], "{config:?}");
+            let took = shut_down(pool, config, &shm_before);
+            report(
+                "hung env 0 of 16",
+                config,
+                &format!("the other 15 after {latency:.1?}; its receive timed out {late:.1?} past its deadline"),
                 took,
             );
         }

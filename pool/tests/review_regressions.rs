@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use pool::envs::{standard_done_spec, CountingEnv, Env, EnvError, EnvSpecs, Kwargs};
-use pool::specs::{Composite, TensorSpec};
-use pool::tensordict::{DType, NonTensor, Tensor, TensorDict};
+use pool::envs::{CountingEnv, Env, Kwargs};
+use pool::tensordict::{NonTensor, Tensor, TensorDict};
 use pool::{AsyncEnvPool, Backend, PoolError, Recv, Target};
+use test_envs::TwoCounters;
 
 fn actions(n: usize) -> TensorDict {
     let mut td = TensorDict::new(&[n]);
@@ -78,77 +78,6 @@ fn max_get_takes_the_oldest_results_so_no_env_starves() {
         received.iter().all(|&n| n > 0),
         "some env never received: {received:?}"
     );
-}
-
-/// Two counters in one env (batch size [2]), each done past its own max.
-struct TwoCounters {
-    count: [i32; 2],
-    max: [i32; 2],
-    specs: EnvSpecs,
-}
-
-impl TwoCounters {
-    fn new() -> TwoCounters {
-        let b = [2usize];
-        let with = |key: &str, spec| Composite::new(&b).with(key, spec).unwrap();
-        TwoCounters {
-            count: [0, 0],
-            max: [1, 100],
-            specs: EnvSpecs::new(
-                &b,
-                with("action", TensorSpec::unbounded(&[2, 1], DType::I64)),
-                with("observation", TensorSpec::unbounded(&[2, 1], DType::I32)),
-                with("reward", TensorSpec::unbounded(&[2, 1], DType::F32)),
-                standard_done_spec(&b).unwrap(),
-                Composite::new(&b),
-            )
-            .unwrap(),
-        }
-    }
-
-    fn write(&self, out: &mut TensorDict) -> Result<(), EnvError> {
-        out.tensor_mut("observation")?
-            .as_mut_slice::<i32>()?
-            .copy_from_slice(&self.count);
-        let done = [self.count[0] > self.max[0], self.count[1] > self.max[1]];
-        out.tensor_mut("done")?
-            .as_mut_slice::<bool>()?
-            .copy_from_slice(&done);
-        out.tensor_mut("terminated")?
-            .as_mut_slice::<bool>()?
-            .copy_from_slice(&done);
-        Ok(())
-    }
-}
-
-impl Env for TwoCounters {
-    fn specs(&self) -> &EnvSpecs {
-        &self.specs
-    }
-    fn set_seed(&mut self, _seed: u64) {}
-    fn reset_into(
-        &mut self,
-        input: Option<&TensorDict>,
-        out: &mut TensorDict,
-    ) -> Result<(), EnvError> {
-        let mask = match input.and_then(|i| i.tensor("_reset").ok()) {
-            Some(mask) => mask.to_vec::<bool>()?,
-            None => vec![true, true],
-        };
-        for (count, reset) in self.count.iter_mut().zip(mask) {
-            if reset {
-                *count = 0;
-            }
-        }
-        self.write(out)
-    }
-    fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-        let action = input.tensor("action")?.to_vec::<i64>()?;
-        for (count, a) in self.count.iter_mut().zip(action) {
-            *count += a as i32;
-        }
-        self.write(next)
-    }
 }
 
 #[test]

@@ -7,15 +7,14 @@
 #[macro_use]
 mod common;
 
-use pool::envs::{CountingEnv, Env, EnvError, EnvSpecs, Kwargs};
-use pool::specs::{Composite, TensorSpec};
-use pool::tensordict::{DType, NestedKey, TensorDict, TensorDictError};
+use pool::envs::{CountingEnv, Env, EnvError, Kwargs};
+use pool::tensordict::{NestedKey, TensorDict, TensorDictError};
 use pool::{
     Affinity, AffinityError, AsyncEnvPool, Backend, EnvFailure, EnvMaker, PoolBuilder, PoolError,
     ResolvedExchange, StackMode, Target, ThreadError,
 };
 
-use common::test_envs::{self, fault_message, faulty_kwargs, Fault, FAULTY};
+use common::test_envs::{self, fault_message, faulty_kwargs, Fault, OnStep, Stateful, FAULTY};
 use common::{action, int_at, watchdog};
 
 /// One worker thread for every env: envs wait their turn.
@@ -265,52 +264,6 @@ fn env_failures_are_thread_errors() {
     });
 }
 
-/// A CountingEnv with a state entry `"hidden"` (so its state spec differs
-/// from a plain CountingEnv's).
-struct Stateful {
-    inner: CountingEnv,
-    specs: EnvSpecs,
-}
-
-impl Stateful {
-    fn new() -> Stateful {
-        let inner = CountingEnv::new(0, 100);
-        let own = inner.specs();
-        let state = Composite::new(&[])
-            .with("hidden", TensorSpec::unbounded(&[2], DType::F32))
-            .unwrap();
-        let specs = EnvSpecs::new(
-            &[],
-            own.full_action_spec().clone(),
-            own.full_observation_spec().clone(),
-            own.full_reward_spec().clone(),
-            own.full_done_spec().clone(),
-            state,
-        )
-        .unwrap();
-        Stateful { inner, specs }
-    }
-}
-
-impl Env for Stateful {
-    fn specs(&self) -> &EnvSpecs {
-        &self.specs
-    }
-    fn set_seed(&mut self, seed: u64) {
-        self.inner.set_seed(seed);
-    }
-    fn reset_into(
-        &mut self,
-        input: Option<&TensorDict>,
-        out: &mut TensorDict,
-    ) -> Result<(), EnvError> {
-        self.inner.reset_into(input, out)
-    }
-    fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-        self.inner.step_into(input, next)
-    }
-}
-
 /// The pool's state spec carries `env_index` also when the envs' state
 /// specs differ (lazy stacking of a plain CountingEnv next to one with a
 /// state entry).
@@ -339,47 +292,6 @@ fn env_index_is_in_the_state_spec_of_envs_with_different_state_keys() {
     let root = pool.reset(None).unwrap();
     assert_eq!(common::env_index(&root), vec![0, 1]);
     assert_eq!(int_at(&root.index(1).unwrap(), &["observation"]), 0);
-}
-
-/// A CountingEnv whose steps go through `step` (given the counter and the
-/// step's buffers): a test env that does something around a plain step.
-struct OnStep<F> {
-    inner: CountingEnv,
-    step: F,
-}
-
-impl<F> OnStep<F>
-where
-    F: FnMut(&mut CountingEnv, &TensorDict, &mut TensorDict) -> Result<(), EnvError>
-        + Send
-        + 'static,
-{
-    /// As a boxed env for a pool's maker.
-    fn boxed(inner: CountingEnv, step: F) -> Box<dyn Env> {
-        Box::new(OnStep { inner, step })
-    }
-}
-
-impl<F> Env for OnStep<F>
-where
-    F: FnMut(&mut CountingEnv, &TensorDict, &mut TensorDict) -> Result<(), EnvError> + Send,
-{
-    fn specs(&self) -> &EnvSpecs {
-        self.inner.specs()
-    }
-    fn set_seed(&mut self, seed: u64) {
-        self.inner.set_seed(seed);
-    }
-    fn reset_into(
-        &mut self,
-        input: Option<&TensorDict>,
-        out: &mut TensorDict,
-    ) -> Result<(), EnvError> {
-        self.inner.reset_into(input, out)
-    }
-    fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-        (self.step)(&mut self.inner, input, next)
-    }
 }
 
 /// A CountingEnv that, from its `shift_at`-th step on, writes its

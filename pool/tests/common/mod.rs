@@ -1,7 +1,7 @@
 //! Helpers shared by the pool's integration tests: a watchdog for tests that
 //! could deadlock, builders of action tensordicts, readers of batches, and
-//! the backend-generic conformance suite (`conformance`) with its test envs
-//! (`test_envs`).
+//! the backend-generic conformance suite (`conformance`), and the test envs
+//! (`test_envs`, the workspace's `test-envs` crate).
 
 // Each test crate uses a subset of these helpers.
 #![allow(dead_code)]
@@ -70,7 +70,10 @@ macro_rules! conformance {
 }
 
 pub(crate) mod conformance;
-pub(crate) mod test_envs;
+/// The test envs, shared by every crate's tests (the `test-envs` crate),
+/// here as `common::test_envs` for the modules that name them so.
+#[allow(clippy::single_component_path_imports)] // The path is the point.
+pub(crate) use test_envs;
 
 use std::panic::resume_unwind;
 use std::sync::mpsc::{self, RecvTimeoutError};

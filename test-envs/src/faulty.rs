@@ -1,20 +1,20 @@
-//! Test envs for the pool's failure paths: `FaultyCounter`, a CountingEnv
-//! that panics, returns an error, hangs, aborts its process or is slow at a
-//! given step (or fails at a given reset), registered by name so that any
-//! backend can build it.
+//! `FaultyCounter`: a `CountingEnv` that panics, returns an error, hangs,
+//! aborts its process, is slow or holds a step until released at a given
+//! step (or fails at a given reset), built by name so that any backend
+//! (worker processes too) can build it.
 
-use std::sync::Once;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use pool::envs::{CountingEnv, Env, EnvError, EnvSpecs, Kwargs};
-use pool::specs::TensorSpec;
-use pool::tensordict::{DType, TensorDict};
+use envs::{CountingEnv, Env, EnvError, EnvSpecs, Kwargs};
+use tensordict::TensorDict;
 
 /// The registry name of [`FaultyCounter`].
-pub(crate) const FAULTY: &str = "FaultyCounter";
+pub const FAULTY: &str = "FaultyCounter";
 
 /// How a [`FaultyCounter`] fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Fault {
+pub enum Fault {
     /// `step_into` panics.
     Panic,
     /// `step_into` returns `EnvError::failed`.
@@ -28,6 +28,10 @@ pub(crate) enum Fault {
     /// `step_into` sleeps ten times `step_us` (the other steps sleep
     /// `step_us`), then counts as usual.
     Slow,
+    /// `step_into` waits until the file named by the keyword `release`
+    /// exists (a [`Release`]), at most `hold_ms` (default a minute), then
+    /// counts as usual: a slow step that lasts until the test lets it end.
+    Hold,
     /// `reset_into` returns `EnvError::failed` at the `fail_at`-th reset
     /// call (steps never fail).
     ErrorOnReset,
@@ -41,6 +45,7 @@ impl Fault {
             Fault::Hang => "hang",
             Fault::Abort => "abort",
             Fault::Slow => "slow",
+            Fault::Hold => "hold",
             Fault::ErrorOnReset => "error_on_reset",
         }
     }
@@ -50,36 +55,50 @@ impl Fault {
 /// env was built; 0: never) fails without counting; every other call counts
 /// as CountingEnv does. Keywords: `start_val`, `max_steps` (as CountingEnv),
 /// `fail_at` (default 0), `fault` (`"panic"`, `"error"`, `"hang"`,
-/// `"abort"`, `"slow"` or `"error_on_reset"`, default panic; see
-/// [`Fault`]), `step_us` (every step sleeps this long first, default 0).
-/// A slow step is not a failure: it counts.
+/// `"abort"`, `"slow"`, `"hold"` or `"error_on_reset"`, default panic; see
+/// [`Fault`]), `step_us` (every step sleeps this long first, default 0),
+/// `release` and `hold_ms` (for `"hold"`). A slow or held step is not a
+/// failure: it counts.
 #[derive(Debug)]
-pub(crate) struct FaultyCounter {
+pub struct FaultyCounter {
     inner: CountingEnv,
     calls: i64,
     resets: i64,
     fail_at: i64,
     fault: Fault,
-    step: std::time::Duration,
+    step: Duration,
+    release: Option<PathBuf>,
+    hold: Duration,
 }
 
 /// The message of the failure at step call `call`.
-pub(crate) fn fault_message(fault: Fault, call: i64) -> String {
+pub fn fault_message(fault: Fault, call: i64) -> String {
     match fault {
         Fault::Panic => format!("deliberate panic at step {call}"),
         Fault::Error => format!("deliberate error at step {call}"),
         Fault::Hang => format!("deliberate hang at step {call}"),
         Fault::Abort => format!("deliberate abort at step {call}"),
         Fault::Slow => format!("deliberate slow step {call}"),
+        Fault::Hold => format!("deliberate held step {call}"),
         Fault::ErrorOnReset => format!("deliberate error at reset {call}"),
     }
 }
 
 impl FaultyCounter {
-    fn from_kwargs(kwargs: &Kwargs) -> Result<FaultyCounter, EnvError> {
+    /// Builds one from its keywords (see the type's docs); an unknown
+    /// keyword or fault, or a count past `i32`, is an error naming it.
+    pub fn from_kwargs(kwargs: &Kwargs) -> Result<FaultyCounter, EnvError> {
         let reader = kwargs.reader(
             FAULTY,
-            &["start_val", "max_steps", "fail_at", "fault", "step_us"],
+            &[
+                "start_val",
+                "max_steps",
+                "fail_at",
+                "fault",
+                "step_us",
+                "release",
+                "hold_ms",
+            ],
         );
         let start_val = reader.int("start_val", Some(0))?;
         let max_steps = reader.int("max_steps", Some(1 << 30))?;
@@ -91,9 +110,12 @@ impl FaultyCounter {
             "hang" => Fault::Hang,
             "abort" => Fault::Abort,
             "slow" => Fault::Slow,
+            "hold" => Fault::Hold,
             "error_on_reset" => Fault::ErrorOnReset,
             other => return Err(reader.invalid("fault", format!("{other:?}"))),
         };
+        let release = reader.string("release", Some(""))?;
+        let hold_ms = reader.uint("hold_ms", Some(60_000))?;
         reader.finish()?;
         let to_i32 = |v: i64| i32::try_from(v).map_err(|_| EnvError::failed(FAULTY, "too big"));
         Ok(FaultyCounter {
@@ -102,7 +124,9 @@ impl FaultyCounter {
             resets: 0,
             fail_at,
             fault,
-            step: std::time::Duration::from_micros(step_us),
+            step: Duration::from_micros(step_us),
+            release: (!release.is_empty()).then(|| PathBuf::from(release)),
+            hold: Duration::from_millis(hold_ms),
         })
     }
 }
@@ -137,7 +161,14 @@ impl Env for FaultyCounter {
             match self.fault {
                 Fault::Panic => panic!("{message}"),
                 Fault::Error => return Err(EnvError::failed(FAULTY, message)),
-                Fault::Hang => std::thread::sleep(std::time::Duration::from_secs(3600)),
+                Fault::Hang => std::thread::sleep(Duration::from_secs(3600)),
+                Fault::Hold => {
+                    let until = Instant::now() + self.hold;
+                    let released = || self.release.as_deref().is_some_and(Path::exists);
+                    while !released() && Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
                 Fault::Abort => std::process::abort(),
                 Fault::Slow => sleep *= 10,
                 Fault::ErrorOnReset => {}
@@ -154,92 +185,61 @@ impl Env for FaultyCounter {
     }
 }
 
-/// The registry name of [`WhereAmI`].
-pub(crate) const WHERE_AM_I: &str = "WhereAmI";
+/// Keyword arguments of a FaultyCounter whose step `at` is held until
+/// `release` lets it end.
+pub fn held_kwargs(at: i64, release: &Release) -> Kwargs {
+    faulty_kwargs(at, Fault::Hold).with("release", release.path().to_string_lossy().as_ref())
+}
 
-/// An env that reports where it runs: its observation (`i64`, shape `[3]`)
-/// is the number of CPUs its thread may run on, the first of them, and its
-/// process id. Steps count nothing and are never done.
+/// What ends the held steps of [`Fault::Hold`]: a file (a path unique to
+/// this process and object) that the held envs, in any process, wait to
+/// see. Removed on drop.
 #[derive(Debug)]
-pub(crate) struct WhereAmI {
-    specs: EnvSpecs,
+pub struct Release {
+    path: PathBuf,
 }
 
-impl WhereAmI {
-    fn new() -> WhereAmI {
-        let action = TensorSpec::binary(&[1], DType::I64).expect("valid");
-        let observation = TensorSpec::unbounded(&[3], DType::I64);
-        WhereAmI {
-            specs: EnvSpecs::standard(action, observation).expect("valid"),
-        }
+impl Release {
+    /// A release not given yet: its file does not exist.
+    pub fn new() -> Release {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("rlpool-release-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        Release { path }
     }
 
-    fn observe(out: &mut TensorDict) -> Result<(), EnvError> {
-        let cpus = pool::current_cpus().map_err(|e| EnvError::failed(WHERE_AM_I, e.to_string()))?;
-        let obs = [
-            cpus.len() as i64,
-            cpus[0] as i64,
-            i64::from(std::process::id()),
-        ];
-        out.tensor_mut("observation")?
-            .as_mut_slice::<i64>()?
-            .copy_from_slice(&obs);
-        Ok(())
-    }
-}
-
-impl Env for WhereAmI {
-    fn specs(&self) -> &EnvSpecs {
-        &self.specs
+    /// The file the held envs wait for.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
-    fn set_seed(&mut self, _seed: u64) {}
-
-    fn reset_into(
-        &mut self,
-        _input: Option<&TensorDict>,
-        out: &mut TensorDict,
-    ) -> Result<(), EnvError> {
-        WhereAmI::observe(out)
-    }
-
-    fn step_into(&mut self, _input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-        WhereAmI::observe(next)
-    }
-
-    fn name(&self) -> &str {
-        WHERE_AM_I
+    /// Lets every held step end (creates the file).
+    ///
+    /// # Panics
+    /// If the file cannot be created (a test setup failure).
+    pub fn release(&self) {
+        std::fs::write(&self.path, b"released")
+            .unwrap_or_else(|err| panic!("creating {}: {err}", self.path.display()));
     }
 }
 
-/// The registry name of a constructor that panics.
-pub(crate) const PANICS_WHEN_BUILT: &str = "PanicsWhenBuilt";
+impl Default for Release {
+    fn default() -> Self {
+        Release::new()
+    }
+}
 
-/// Registers the test envs in the process-wide registry (once).
-pub(crate) fn register() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        pool::envs::register(
-            PANICS_WHEN_BUILT,
-            |_: &Kwargs| -> Result<Box<dyn Env>, EnvError> {
-                panic!("deliberate panic in a constructor")
-            },
-        )
-        .expect("PanicsWhenBuilt is registered once");
-        pool::envs::register(WHERE_AM_I, |_: &Kwargs| {
-            Ok(Box::new(WhereAmI::new()) as Box<dyn Env>)
-        })
-        .expect("WhereAmI is registered once");
-        pool::envs::register(FAULTY, |kwargs: &Kwargs| {
-            Ok(Box::new(FaultyCounter::from_kwargs(kwargs)?) as Box<dyn Env>)
-        })
-        .expect("FaultyCounter is registered once");
-    });
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// Keyword arguments of a FaultyCounter that fails at step `fail_at` with
 /// `fault` (0: never).
-pub(crate) fn faulty_kwargs(fail_at: i64, fault: Fault) -> Kwargs {
+pub fn faulty_kwargs(fail_at: i64, fault: Fault) -> Kwargs {
     Kwargs::new()
         .with("fail_at", fail_at)
         .with("fault", fault.name())
