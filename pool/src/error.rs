@@ -172,7 +172,7 @@ pub enum PoolError {
         during: String,
         /// What happened, as the backend reported it.
         #[source]
-        cause: EnvFailure,
+        cause: Box<EnvFailure>,
     },
     /// The input sent to an env does not fit its input buffer (a missing
     /// action key, a wrong dtype or shape): nothing was sent to any env of
@@ -286,7 +286,7 @@ impl From<ThreadError> for PoolError {
             name,
             worker: None,
             during,
-            cause: EnvFailure::Threads(err),
+            cause: Box::new(EnvFailure::Threads(err)),
         }
     }
 }
@@ -337,7 +337,7 @@ impl From<ProcError> for PoolError {
             name,
             worker,
             during,
-            cause: EnvFailure::Procs(err),
+            cause: Box::new(EnvFailure::Procs(err)),
         }
     }
 }

@@ -278,7 +278,7 @@ fn env_failure(err: &PoolError) -> Option<(usize, String, String, bool)> {
     else {
         return None;
     };
-    let panicked = match cause {
+    let panicked = match &**cause {
         EnvFailure::Threads(ThreadError::Panicked { message, .. }) => {
             assert_eq!(*worker, None, "{err}");
             Some(message.clone())

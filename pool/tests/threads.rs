@@ -175,9 +175,12 @@ fn env_failures_are_thread_errors() {
                 name,
                 worker: None,
                 during,
-                cause: EnvFailure::Threads(ThreadError::Panicked { message, .. }),
+                cause,
             } => {
                 assert_eq!((env, name.as_str(), during.as_str()), (0, FAULTY, "step"));
+                let EnvFailure::Threads(ThreadError::Panicked { message, .. }) = *cause else {
+                    panic!("expected a panic, got {cause:?}");
+                };
                 assert_eq!(message, fault_message(Fault::Panic, 1));
             }
             other => panic!("expected Panicked, got {other:?}"),
@@ -194,9 +197,12 @@ fn env_failures_are_thread_errors() {
                 name,
                 worker: None,
                 during,
-                cause: EnvFailure::Threads(ThreadError::Env { source, .. }),
+                cause,
             } => {
                 assert_eq!((*env, name.as_str(), during.as_str()), (1, FAULTY, "step"));
+                let EnvFailure::Threads(ThreadError::Env { source, .. }) = &**cause else {
+                    panic!("expected the env's error, got {cause:?}");
+                };
                 assert_eq!(
                     **source,
                     EnvError::failed(FAULTY, fault_message(Fault::Error, 1))
