@@ -40,6 +40,7 @@
 
 mod backend;
 mod error;
+mod fault;
 #[doc(hidden)]
 pub mod fuzzing;
 mod options;

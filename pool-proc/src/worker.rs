@@ -18,9 +18,9 @@
 //! worker exits on stop, at the end of its socket (the parent is gone), or
 //! with the parent (a parent-death signal).
 //!
-//! For the fault-injection tests only, an env's keyword arguments may carry
-//! a fault of the worker itself, which no env could cause: see
-//! [`WORKER_FAULT`].
+//! For the fault-injection tests only (the cargo feature `fault-injection`),
+//! an env's keyword arguments may carry a fault of the worker itself, which
+//! no env could cause: see the `fault` module.
 
 use std::collections::VecDeque;
 use std::io;
@@ -36,6 +36,7 @@ use envs::{Env, Kwargs, Op, Runner};
 use exchange::{Bells, Exchange, Schema, FIRST_COMMAND};
 use tensordict::TensorDict;
 
+use crate::fault::{take_fault, SocketFault};
 use crate::spawn::WORKER_VAR;
 use crate::wire::{op_code, op_of, write_frame, FrameReader, FromWorker, ToWorker};
 
@@ -46,51 +47,6 @@ const STOP_POLL: Duration = Duration::from_millis(100);
 /// How long a stopping worker waits for its env threads to finish the
 /// command they run.
 const STOP_GRACE: Duration = Duration::from_secs(1);
-
-/// The keyword (taken out of an env's keyword arguments before the env is
-/// built) of a fault of the worker's control socket, for the
-/// fault-injection tests: `"close_socket@K"` (at the env's K-th step
-/// command, the worker shuts its socket down) or `"garbage@K"` (it writes
-/// a frame the parent cannot decode), in place of running that step.
-const WORKER_FAULT: &str = "rlpool_worker_fault";
-
-/// A fault of the worker's control socket (see [`WORKER_FAULT`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SocketFault {
-    /// Shut the socket down (both directions).
-    Close,
-    /// Write a frame with an unknown message tag.
-    Garbage,
-}
-
-/// A frame no parent can decode: an unknown message tag.
-const GARBAGE: &[u8] = &[0xEE, 0xBA, 0xAD, 0xF0, 0x0D];
-
-/// Takes [`WORKER_FAULT`] out of `kwargs`: the fault and the step command
-/// it replaces.
-fn take_fault(kwargs: Kwargs) -> Result<(Kwargs, Option<(SocketFault, u64)>), String> {
-    let Some(value) = kwargs.get(WORKER_FAULT) else {
-        return Ok((kwargs, None));
-    };
-    let bad =
-        || format!("{WORKER_FAULT}: expected \"close_socket@K\" or \"garbage@K\", got {value:?}");
-    let text = match value {
-        envs::KwValue::Str(text) => text.as_str(),
-        _ => return Err(bad()),
-    };
-    let (name, at) = text.split_once('@').ok_or_else(bad)?;
-    let fault = match name {
-        "close_socket" => SocketFault::Close,
-        "garbage" => SocketFault::Garbage,
-        _ => return Err(bad()),
-    };
-    let at = at.parse::<u64>().map_err(|_| bad())?;
-    let mut rest = Kwargs::new();
-    for (key, value) in kwargs.iter().filter(|(key, _)| *key != WORKER_FAULT) {
-        rest.set(key, value.clone());
-    }
-    Ok((rest, Some((fault, at))))
-}
 
 /// The command word of `op` (with or without an input) in a slot.
 pub(crate) fn command_word(op: Op, with_input: bool) -> u32 {
@@ -213,14 +169,9 @@ impl Hosted {
     }
 }
 
-/// Injects a socket fault (tests only): the parent finds the end of the
-/// socket, or a frame it cannot decode.
+/// Injects a socket fault (tests only).
 fn inject(work: &Work, fault: SocketFault) {
-    let stream = lock(&work.writer);
-    let _ = match fault {
-        SocketFault::Close => stream.shutdown(std::net::Shutdown::Both),
-        SocketFault::Garbage => write_frame(&stream, GARBAGE, &[]),
-    };
+    fault.inject(&lock(&work.writer));
 }
 
 /// How commands reach the runners.
