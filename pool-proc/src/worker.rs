@@ -180,7 +180,9 @@ fn run(var: &str) -> i32 {
 /// Reads the next message; `Ok(None)` at the end of the socket.
 fn next_message(reader: &mut FrameReader) -> Result<Option<ToWorker>, String> {
     match reader.read() {
-        Ok(Some(bytes)) => ToWorker::decode(&bytes).map(Some),
+        Ok(Some(bytes)) => ToWorker::decode(&bytes)
+            .map(Some)
+            .map_err(|err| err.to_string()),
         Ok(None) => Ok(None),
         Err(err) => Err(format!("reading the control socket: {err}")),
     }
@@ -451,7 +453,7 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
     let _ = reader.stream().set_read_timeout(Some(WATCH));
     let outcome = loop {
         let message = match reader.read() {
-            Ok(Some(bytes)) => ToWorker::decode(&bytes),
+            Ok(Some(bytes)) => ToWorker::decode(&bytes).map_err(|err| err.to_string()),
             Ok(None) => break Ok(()),
             Err(err)
                 if matches!(
