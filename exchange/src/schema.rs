@@ -7,7 +7,9 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use tensordict::{DType, Entry, KeyLike, NestedKey, Shape, Tensor, TensorDict};
+use tensordict::{
+    ByteReader, DType, Entry, KeyLike, NestedKey, ReadError, Shape, Tensor, TensorDict,
+};
 
 use crate::error::{SchemaDecodeError, SchemaError};
 
@@ -530,41 +532,41 @@ impl Schema {
     /// the schema is validated as [`Schema::new`] validates one (keys,
     /// batch sizes, sizes).
     pub fn decode(bytes: &[u8]) -> Result<Schema, SchemaDecodeError> {
-        let mut reader = Reader { bytes, pos: 0 };
-        if reader.take(MAGIC.len(), "magic")? != MAGIC {
+        let mut reader = ByteReader::new(bytes);
+        if reader.take(MAGIC.len(), "magic").map_err(decode_error)? != MAGIC {
             return Err(SchemaDecodeError::BadMagic);
         }
-        let version = reader.take(1, "version")?[0];
+        let version = reader.u8("version").map_err(decode_error)?;
         if version != VERSION {
             return Err(SchemaDecodeError::UnsupportedVersion {
                 found: version,
                 expected: VERSION,
             });
         }
-        let batch_size = reader.shape("batch size")?;
+        let batch_size = read_shape(&mut reader, "batch size")?;
         // Smallest sub-dict: nparts (4) + ndim (4).
-        let count = reader.count("sub-dict count", 8)?;
+        let count = reader
+            .count::<u32>("sub-dict count", 8)
+            .map_err(decode_error)?;
         let mut dicts = Vec::with_capacity(count);
         for _ in 0..count {
-            let key = reader.key()?;
-            dicts.push((key, reader.shape("sub-dict batch size")?));
+            let key = read_key(&mut reader)?;
+            dicts.push((key, read_shape(&mut reader, "sub-dict batch size")?));
         }
         // Smallest field: nparts (4) + dtype (1) + ndim (4).
-        let count = reader.count("field count", 9)?;
+        let count = reader
+            .count::<u32>("field count", 9)
+            .map_err(decode_error)?;
         let mut fields = Vec::with_capacity(count);
         for _ in 0..count {
-            let key = reader.key()?;
-            let at = reader.pos;
-            let tag = reader.take(1, "dtype")?[0];
+            let key = read_key(&mut reader)?;
+            let at = reader.position();
+            let tag = reader.u8("dtype").map_err(decode_error)?;
             let dtype = DType::from_tag(tag).ok_or(SchemaDecodeError::UnknownDType { tag, at })?;
-            let shape = reader.shape("shape")?;
+            let shape = read_shape(&mut reader, "shape")?;
             fields.push(Field::new(key, dtype, &shape)?);
         }
-        if reader.remaining() > 0 {
-            return Err(SchemaDecodeError::TrailingBytes {
-                count: reader.remaining(),
-            });
-        }
+        reader.finish("the schema").map_err(decode_error)?;
         Ok(Schema::from_parts(&batch_size, fields, dicts)?)
     }
 }
@@ -677,87 +679,69 @@ fn write_key(out: &mut Vec<u8>, key: &NestedKey) {
     }
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
+/// [`Schema::decode`]'s error for a failed read: a count that cannot fit
+/// in the bytes that remain is a truncation (its items would need more
+/// bytes than remain), as is a read past the end.
+fn decode_error(err: ReadError) -> SchemaDecodeError {
+    match err {
+        ReadError::Truncated {
+            what,
+            at,
+            needed,
+            remaining,
+        } => SchemaDecodeError::Truncated {
+            what,
+            at,
+            needed,
+            remaining,
+        },
+        ReadError::CountTooLarge {
+            what,
+            at,
+            remaining,
+            ..
+        } => SchemaDecodeError::Truncated {
+            what,
+            at,
+            needed: err.needed().unwrap_or(usize::MAX),
+            remaining,
+        },
+        // Counts are `u32`s: only a dim (a `u64`) can be too large.
+        ReadError::TooLarge { value, at, .. } => SchemaDecodeError::DimTooLarge { dim: value, at },
+        ReadError::InvalidUtf8 { at, .. } => SchemaDecodeError::InvalidUtf8 { at },
+        ReadError::TrailingBytes { count, .. } => SchemaDecodeError::TrailingBytes { count },
+    }
 }
 
-impl<'a> Reader<'a> {
-    fn remaining(&self) -> usize {
-        self.bytes.len() - self.pos
+/// A shape: its `u32` rank, then each dim, a `u64` that must fit `usize`.
+fn read_shape(reader: &mut ByteReader<'_>, what: &'static str) -> Result<Shape, SchemaDecodeError> {
+    let ndim = reader.count::<u32>(what, 8).map_err(decode_error)?;
+    let mut shape = Shape::with_capacity(ndim);
+    for _ in 0..ndim {
+        shape.push(reader.u64_usize(what).map_err(decode_error)?);
     }
+    Ok(shape)
+}
 
-    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], SchemaDecodeError> {
-        if n > self.remaining() {
-            return Err(SchemaDecodeError::Truncated {
-                what,
-                at: self.pos,
-                needed: n,
-                remaining: self.remaining(),
-            });
-        }
-        let out = &self.bytes[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(out)
+/// A key: its `u32` number of parts (at most [`MAX_KEY_PARTS`]), then each
+/// part, a `u32`-length-prefixed UTF-8 string.
+fn read_key(reader: &mut ByteReader<'_>) -> Result<NestedKey, SchemaDecodeError> {
+    let at = reader.position();
+    // Smallest part: its length (4).
+    let nparts = reader.count::<u32>("key", 4).map_err(decode_error)?;
+    if nparts > MAX_KEY_PARTS {
+        return Err(SchemaDecodeError::KeyTooDeep {
+            parts: nparts,
+            max: MAX_KEY_PARTS,
+            at,
+        });
     }
-
-    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], SchemaDecodeError> {
-        let mut out = [0u8; N];
-        out.copy_from_slice(self.take(N, what)?);
-        Ok(out)
+    let mut parts = Vec::with_capacity(nparts);
+    for _ in 0..nparts {
+        let part = reader.str::<u32>("key part").map_err(decode_error)?;
+        parts.push(part.to_owned());
     }
-
-    /// A count of items each at least `min_item` bytes long, checked against
-    /// the bytes that remain.
-    fn count(&mut self, what: &'static str, min_item: usize) -> Result<usize, SchemaDecodeError> {
-        let at = self.pos;
-        let n = u32::from_le_bytes(self.array(what)?) as usize;
-        let needed = n.saturating_mul(min_item);
-        if needed > self.remaining() {
-            return Err(SchemaDecodeError::Truncated {
-                what,
-                at,
-                needed,
-                remaining: self.remaining(),
-            });
-        }
-        Ok(n)
-    }
-
-    fn shape(&mut self, what: &'static str) -> Result<Shape, SchemaDecodeError> {
-        let ndim = self.count(what, 8)?;
-        let mut shape = Shape::with_capacity(ndim);
-        for _ in 0..ndim {
-            let at = self.pos;
-            let dim = u64::from_le_bytes(self.array(what)?);
-            shape.push(
-                usize::try_from(dim).map_err(|_| SchemaDecodeError::DimTooLarge { dim, at })?,
-            );
-        }
-        Ok(shape)
-    }
-
-    fn key(&mut self) -> Result<NestedKey, SchemaDecodeError> {
-        let at = self.pos;
-        // Smallest part: its length (4).
-        let nparts = self.count("key", 4)?;
-        if nparts > MAX_KEY_PARTS {
-            return Err(SchemaDecodeError::KeyTooDeep {
-                parts: nparts,
-                max: MAX_KEY_PARTS,
-                at,
-            });
-        }
-        let mut parts = Vec::with_capacity(nparts);
-        for _ in 0..nparts {
-            let len = self.count("key part", 1)?;
-            let at = self.pos;
-            let part = std::str::from_utf8(self.take(len, "key part")?)
-                .map_err(|_| SchemaDecodeError::InvalidUtf8 { at })?;
-            parts.push(part.to_owned());
-        }
-        Ok(NestedKey::from(parts))
-    }
+    Ok(NestedKey::from(parts))
 }
 
 #[cfg(test)]

@@ -1288,9 +1288,10 @@ fn expect(s: &mut Starting, w: usize, deadline: Instant) -> Result<FromWorker, P
     }
     let _ = s.reader.stream().set_read_timeout(Some(left));
     match s.reader.read() {
-        Ok(Some(bytes)) => {
-            FromWorker::decode(&bytes).map_err(|reason| ProcError::Protocol { worker: w, reason })
-        }
+        Ok(Some(bytes)) => FromWorker::decode(&bytes).map_err(|err| ProcError::Protocol {
+            worker: w,
+            reason: err.to_string(),
+        }),
         Ok(None) => Err(start_error(s, w, "it exited".into())),
         Err(err)
             if matches!(

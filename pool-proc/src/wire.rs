@@ -3,7 +3,9 @@
 //! length, then the message; a descriptor rides along with `SCM_RIGHTS`).
 //!
 //! Decoding never panics and never allocates more than the bytes it was
-//! given: every length is checked against what remains.
+//! given: it reads with [`tensordict::ByteReader`], which checks every
+//! length and count against what remains; its failures are [`WireError`]s
+//! naming the field and its offset.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut, Write};
@@ -16,6 +18,7 @@ use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags,
 };
+use tensordict::{ByteReader, ReadError};
 
 /// The longest frame either side accepts (a tensordict of a queue exchange
 /// included): a length above it is a protocol error, not an allocation.
@@ -168,71 +171,85 @@ impl Out {
     }
 }
 
-/// Reads fields of a message; every error says what and where.
-struct In<'a> {
-    bytes: &'a [u8],
-    at: usize,
+/// Why bytes are not a message of the control socket. Each message names
+/// the field being read and its byte offset.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum WireError {
+    /// A field that could not be read: the bytes end first, a count or
+    /// length that cannot fit in the bytes that remain, a string that is
+    /// not UTF-8, or bytes left over after the message.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// A first byte that is no message's tag.
+    #[error("unknown message tag {tag}")]
+    UnknownTag {
+        /// The byte.
+        tag: u8,
+    },
+    /// A flag byte other than 0 or 1.
+    #[error("{what} at byte {at}: {value} is not a bool")]
+    NotBool {
+        /// The field.
+        what: &'static str,
+        /// Its offset.
+        at: usize,
+        /// The byte.
+        value: u8,
+    },
+    /// An op code that [`op_of`] does not know.
+    #[error("op at byte {at}: unknown code {code}")]
+    UnknownOp {
+        /// The code.
+        code: u8,
+        /// Its offset.
+        at: usize,
+    },
 }
 
-impl<'a> In<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
-        let rest = &self.bytes[self.at..];
-        if rest.len() < n {
-            return Err(format!(
-                "{what} at byte {}: needs {n} bytes, {} left",
-                self.at,
-                rest.len()
-            ));
-        }
-        self.at += n;
-        Ok(&rest[..n])
+/// Reads fields of a message with a [`ByteReader`]; every error says what
+/// and where.
+struct In<'a>(ByteReader<'a>);
+
+impl In<'_> {
+    fn u8(&mut self, what: &'static str) -> Result<u8, WireError> {
+        Ok(self.0.u8(what)?)
     }
-    fn u8(&mut self, what: &str) -> Result<u8, String> {
-        Ok(self.take(1, what)?[0])
+    fn u32(&mut self, what: &'static str) -> Result<u32, WireError> {
+        Ok(self.0.u32(what)?)
     }
-    fn u32(&mut self, what: &str) -> Result<u32, String> {
-        let b = self.take(4, what)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    /// A count of items that each take at least `min_item` bytes.
+    fn count(&mut self, what: &'static str, min_item: usize) -> Result<usize, WireError> {
+        Ok(self.0.count::<u32>(what, min_item)?)
     }
-    fn bytes(&mut self, what: &str) -> Result<Vec<u8>, String> {
-        let n = self.u32(what)? as usize;
-        Ok(self.take(n, what)?.to_vec())
+    fn bytes(&mut self, what: &'static str) -> Result<Vec<u8>, WireError> {
+        Ok(self.0.bytes::<u32>(what)?.to_vec())
     }
-    fn str(&mut self, what: &str) -> Result<String, String> {
-        let at = self.at;
-        String::from_utf8(self.bytes(what)?).map_err(|_| format!("{what} at byte {at}: not UTF-8"))
+    fn str(&mut self, what: &'static str) -> Result<String, WireError> {
+        Ok(self.0.str::<u32>(what)?.to_owned())
     }
-    fn bool(&mut self, what: &str) -> Result<bool, String> {
+    fn bool(&mut self, what: &'static str) -> Result<bool, WireError> {
+        let at = self.0.position();
         match self.u8(what)? {
             0 => Ok(false),
             1 => Ok(true),
-            b => Err(format!("{what} at byte {}: {b} is not a bool", self.at - 1)),
+            value => Err(WireError::NotBool { what, at, value }),
         }
     }
-    fn u32s(&mut self, what: &str) -> Result<Vec<u32>, String> {
-        let n = self.u32(what)? as usize;
-        // Bounded by the bytes left, so a bad count cannot allocate much.
-        if n > (self.bytes.len() - self.at) / 4 {
-            return Err(format!(
-                "{what} at byte {}: {n} entries do not fit",
-                self.at
-            ));
+    fn u32s(&mut self, what: &'static str) -> Result<Vec<u32>, WireError> {
+        let n = self.count(what, 4)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(self.u32(what)?);
         }
-        (0..n).map(|_| self.u32(what)).collect()
+        Ok(out)
     }
-    fn op(&mut self) -> Result<Op, String> {
+    fn op(&mut self) -> Result<Op, WireError> {
+        let at = self.0.position();
         let code = self.u8("op")?;
-        op_of(code).ok_or_else(|| format!("op at byte {}: unknown code {code}", self.at - 1))
+        op_of(code).ok_or(WireError::UnknownOp { code, at })
     }
-    fn end(&self) -> Result<(), String> {
-        if self.at == self.bytes.len() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} bytes left over after the message",
-                self.bytes.len() - self.at
-            ))
-        }
+    fn end(&self) -> Result<(), WireError> {
+        Ok(self.0.finish("the message")?)
     }
 }
 
@@ -279,8 +296,8 @@ impl ToWorker {
 
     /// Reads a message made by [`ToWorker::encode`]; an error says what is
     /// wrong and where.
-    pub(crate) fn decode(bytes: &[u8]) -> Result<ToWorker, String> {
-        let mut r = In { bytes, at: 0 };
+    pub(crate) fn decode(bytes: &[u8]) -> Result<ToWorker, WireError> {
+        let mut r = In(ByteReader::new(bytes));
         let msg = match r.u8("tag")? {
             HELLO => {
                 let worker = r.u32("worker")?;
@@ -290,8 +307,9 @@ impl ToWorker {
                 } else {
                     None
                 };
-                let n = r.u32("env count")? as usize;
-                let mut envs = Vec::new();
+                // Smallest env: its index and two empty strings' lengths.
+                let n = r.count("env count", 12)?;
+                let mut envs = Vec::with_capacity(n);
                 for _ in 0..n {
                     envs.push(EnvEntry {
                         env: r.u32("env")?,
@@ -318,7 +336,7 @@ impl ToWorker {
                 input: r.bytes("input")?,
             },
             STOP => ToWorker::Stop,
-            tag => return Err(format!("unknown message tag {tag}")),
+            tag => return Err(WireError::UnknownTag { tag }),
         };
         r.end()?;
         Ok(msg)
@@ -389,8 +407,8 @@ impl FromWorker {
 
     /// Reads a message made by [`FromWorker::encode`]; an error says what
     /// is wrong and where.
-    pub(crate) fn decode(bytes: &[u8]) -> Result<FromWorker, String> {
-        let mut r = In { bytes, at: 0 };
+    pub(crate) fn decode(bytes: &[u8]) -> Result<FromWorker, WireError> {
+        let mut r = In(ByteReader::new(bytes));
         let msg = match r.u8("tag")? {
             PINNED => FromWorker::Pinned {
                 cpus: r.u32s("cpus")?,
@@ -426,7 +444,7 @@ impl FromWorker {
             FATAL => FromWorker::Fatal {
                 message: r.str("message")?,
             },
-            tag => return Err(format!("unknown message tag {tag}")),
+            tag => return Err(WireError::UnknownTag { tag }),
         };
         r.end()?;
         Ok(msg)
@@ -506,18 +524,20 @@ impl FrameReader {
     /// [`MAX_FRAME`], is an error. Blocks (up to the socket's read timeout).
     pub(crate) fn read(&mut self) -> io::Result<Option<Vec<u8>>> {
         loop {
-            if self.buf.len() >= 4 {
-                let len = u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]])
-                    as usize;
+            let mut frame = ByteReader::new(&self.buf);
+            // A read that fails here is a frame not received whole yet.
+            if let Ok(len) = frame.u32("frame length") {
+                let len = len as usize;
                 if len > MAX_FRAME {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         format!("a frame of {len} bytes announced, over the limit"),
                     ));
                 }
-                if self.buf.len() >= 4 + len {
-                    let msg = self.buf[4..4 + len].to_vec();
-                    self.buf.drain(..4 + len);
+                if let Ok(msg) = frame.take(len, "frame") {
+                    let msg = msg.to_vec();
+                    let end = frame.position();
+                    self.buf.drain(..end);
                     return Ok(Some(msg));
                 }
             }
@@ -653,7 +673,15 @@ mod tests {
             }
             let mut longer = bytes.clone();
             longer.push(0);
-            assert!(ToWorker::decode(&longer).unwrap_err().contains("left over"));
+            let err = ToWorker::decode(&longer).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    WireError::Read(ReadError::TrailingBytes { count: 1, .. })
+                ),
+                "{err}"
+            );
+            assert!(err.to_string().contains("left over"), "{err}");
         }
         for m in from {
             let bytes = m.encode();
@@ -662,14 +690,49 @@ mod tests {
             }
         }
         assert_eq!(
-            ToWorker::decode(&[99]).unwrap_err(),
+            ToWorker::decode(&[99]).unwrap_err().to_string(),
             "unknown message tag 99"
         );
         let err = ToWorker::decode(&[COMMAND, 0, 0, 0, 0, 9, 0, 0, 0, 0]).unwrap_err();
-        assert_eq!(err, "op at byte 5: unknown code 9");
+        assert_eq!(err.to_string(), "op at byte 5: unknown code 9");
         // A count far above the bytes left allocates nothing.
-        let err = FromWorker::decode(&[PINNED, 255, 255, 255, 255]).unwrap_err();
+        let err = FromWorker::decode(&[PINNED, 255, 255, 255, 255])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("do not fit"), "{err}");
+        // So does an env count, and a length.
+        let mut hello = vec![HELLO];
+        hello.extend_from_slice(&[0; 8]);
+        hello.push(0);
+        hello.extend_from_slice(&u32::MAX.to_le_bytes());
+        let err = ToWorker::decode(&hello).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "env count at byte 10: 4294967295 items of at least 12 bytes each do not fit \
+             in the 0 bytes that remain"
+        );
+        let err = FromWorker::decode(&[FATAL, 9, 0, 0, 0, b'x']).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                WireError::Read(ReadError::CountTooLarge {
+                    what: "message",
+                    at: 1,
+                    ..
+                })
+            ),
+            "{err}"
+        );
+        // Fields name themselves and their offset.
+        let err = FromWorker::decode(&[BUILD_FAILED, 0, 0, 0, 0, 1, 0, 0, 0, b'x', 2]).unwrap_err();
+        assert_eq!(err.to_string(), "panicked at byte 10: 2 is not a bool");
+        let err = FromWorker::decode(&[PIN_FAILED, 2, 0, 0, 0, 0xff, 0xfe]).unwrap_err();
+        assert_eq!(err.to_string(), "invalid UTF-8 in message at byte 5");
+        let err = FromWorker::decode(&[RESULT, 1, 0]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "truncated: env at byte 1 needs 4 bytes but 2 remain"
+        );
     }
 
     #[test]

@@ -139,7 +139,9 @@ fn run(var: &str) -> i32 {
 /// Reads the next message; `Ok(None)` at the end of the socket.
 fn next_message(reader: &mut FrameReader) -> Result<Option<ToWorker>, String> {
     match reader.read() {
-        Ok(Some(bytes)) => ToWorker::decode(&bytes).map(Some),
+        Ok(Some(bytes)) => ToWorker::decode(&bytes)
+            .map(Some)
+            .map_err(|err| err.to_string()),
         Ok(None) => Ok(None),
         Err(err) => Err(format!("reading the control socket: {err}")),
     }
@@ -467,7 +469,7 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
         // No deadline: the parent writes, or closes the socket (or dies,
         // and the parent-death signal ends this process).
         let message = match reader.read() {
-            Ok(Some(bytes)) => ToWorker::decode(&bytes),
+            Ok(Some(bytes)) => ToWorker::decode(&bytes).map_err(|err| err.to_string()),
             Ok(None) => break Ok(()),
             Err(err) => break Err(format!("reading the control socket: {err}")),
         };

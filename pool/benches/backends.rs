@@ -28,10 +28,14 @@
 use std::fmt;
 
 use divan::counter::ItemsCount;
-use divan::{black_box, Bencher};
-use envs::{Env, Kwargs};
+use divan::Bencher;
+use envs::Kwargs;
 use pool::{Affinity, AsyncEnvPool, Backend, ExchangeMode, ProcOptions, Recv, Target};
 use tensordict::{Tensor, TensorDict};
+
+#[path = "common/raw.rs"]
+mod raw;
+use raw::RawLoop;
 
 fn main() {
     pool::init();
@@ -136,30 +140,12 @@ fn pool_of(workload: Workload, kind: Kind, n: usize) -> AsyncEnvPool {
 }
 
 /// The baseline: `n` envs stepped in turn by one thread, `step_into` on
-/// reused buffers, reset when done.
+/// reused buffers, reset when done ([`RawLoop`]).
 fn raw(bencher: Bencher<'_, '_>, workload: Workload, n: usize) {
-    let mut envs: Vec<(Box<dyn Env>, TensorDict, TensorDict)> = (0..n)
-        .map(|_| {
-            let mut env = envs::make(workload.name(), &workload.kwargs()).expect("env");
-            let mut root = env.reset(None).expect("reset");
-            root.set("action", Tensor::full(&[1], 1i64)).expect("[]");
-            let next = env.step_template();
-            (env, root, next)
-        })
-        .collect();
-    bencher.counter(ItemsCount::new(n)).bench_local(|| {
-        for (env, root, next) in envs.iter_mut() {
-            env.step_into(black_box(root), next).expect("step");
-            if next
-                .tensor("done")
-                .expect("done")
-                .as_slice::<bool>()
-                .expect("bool")[0]
-            {
-                env.reset_into(None, root).expect("reset");
-            }
-        }
-    });
+    let mut envs = RawLoop::new(workload.name(), &workload.kwargs(), n);
+    bencher
+        .counter(ItemsCount::new(n))
+        .bench_local(|| envs.round());
 }
 
 /// `pool.step` over all `n` envs. CartPole's envs are reset by the caller

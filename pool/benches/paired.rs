@@ -28,9 +28,13 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use envs::{Env, Kwargs};
+use envs::Kwargs;
 use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions, Recv, Target};
 use tensordict::{StackedTensorDict, Tensor, TensorDict};
+
+#[path = "common/raw.rs"]
+mod raw;
+use raw::RawLoop;
 
 fn main() {
     pool::init();
@@ -233,51 +237,14 @@ fn env_ids(step: &StackedTensorDict) -> Vec<usize> {
         .collect()
 }
 
-/// The baseline: envs stepped in turn by one thread with `step_into` on
-/// reused buffers, reset when done (as `raw` in `pool.rs`); a sample steps
-/// the next `items` of them, round robin.
-struct Raw {
-    envs: Vec<(Box<dyn Env>, TensorDict, TensorDict)>,
-    next: usize,
-}
-
-impl Raw {
-    fn new(env: &str, n: usize) -> Raw {
-        let envs = (0..n)
-            .map(|_| {
-                let mut env = envs::make(env, &Kwargs::new()).expect("env");
-                let mut root = env.reset(None).expect("reset");
-                root.set("action", Tensor::full(&[1], 1i64)).expect("[]");
-                let next = env.step_template();
-                (env, root, next)
-            })
-            .collect();
-        Raw { envs, next: 0 }
-    }
-
-    fn sample(&mut self, items: usize) {
-        for _ in 0..items {
-            let at = self.next;
-            self.next = (at + 1) % self.envs.len();
-            let (env, root, next) = &mut self.envs[at];
-            env.step_into(black_box(root), next).expect("step");
-            let done = next
-                .tensor("done")
-                .expect("done")
-                .as_slice::<bool>()
-                .expect("bool")[0];
-            if done {
-                env.reset_into(None, root).expect("reset");
-            }
-        }
-    }
-}
-
 impl Row {
     fn run(&self, budget: Budget) {
         let mut driver = Driver::new(self);
         let items = driver.items();
-        let mut raw = Raw::new(self.env, self.n);
+        // The baseline: the same envs stepped in turn by one thread
+        // (`RawLoop`, as `raw` in `pool.rs`); a sample steps the next
+        // `items` of them, round robin.
+        let mut raw = RawLoop::new(self.env, &Kwargs::new(), self.n);
         // Each side of a pair runs `ops` samples in a row, about BLOCK
         // long: the pool in its steady state (its workers busy, not
         // waking up from the other side's turn), the pair still taken
@@ -286,7 +253,7 @@ impl Row {
         let mut time_baseline = |ops: usize| {
             let start = Instant::now();
             for _ in 0..ops {
-                raw.sample(items);
+                raw.steps(items);
             }
             start.elapsed()
         };

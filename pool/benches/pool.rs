@@ -16,10 +16,14 @@
 //! per-item times of `sync_step` (or `async_half`) and `raw`.
 
 use divan::counter::ItemsCount;
-use divan::{black_box, Bencher};
-use envs::{Env, Kwargs};
+use divan::Bencher;
+use envs::Kwargs;
 use pool::{AsyncEnvPool, Recv, Target};
 use tensordict::{Tensor, TensorDict};
+
+#[path = "common/raw.rs"]
+mod raw;
+use raw::RawLoop;
 
 fn main() {
     divan::main();
@@ -53,31 +57,13 @@ fn pool_of(name: &str, n: usize) -> AsyncEnvPool {
 }
 
 /// The baseline: N envs stepped in turn by one thread, `step_into` on reused
-/// buffers, reset when done.
+/// buffers, reset when done ([`RawLoop`]).
 #[divan::bench(consts = [1, 8, 64], args = ENVS)]
 fn raw<const N: usize>(bencher: Bencher<'_, '_>, name: &str) {
-    let mut envs: Vec<(Box<dyn Env>, TensorDict, TensorDict)> = (0..N)
-        .map(|_| {
-            let mut env = envs::make(name, &kwargs(name)).expect("env");
-            let mut root = env.reset(None).expect("reset");
-            root.set("action", Tensor::full(&[1], 1i64)).expect("[]");
-            let next = env.step_template();
-            (env, root, next)
-        })
-        .collect();
-    bencher.counter(ItemsCount::new(N)).bench_local(|| {
-        for (env, root, next) in envs.iter_mut() {
-            env.step_into(black_box(root), next).expect("step");
-            if next
-                .tensor("done")
-                .expect("done")
-                .as_slice::<bool>()
-                .expect("bool")[0]
-            {
-                env.reset_into(None, root).expect("reset");
-            }
-        }
-    });
+    let mut envs = RawLoop::new(name, &kwargs(name), N);
+    bencher
+        .counter(ItemsCount::new(N))
+        .bench_local(|| envs.round());
 }
 
 /// `pool.step` over all N envs (a CartPole pole falls within ~10 steps of
@@ -174,20 +160,11 @@ fn async_step_half<const N: usize>(bencher: Bencher<'_, '_>, name: &str) {
 fn latency_50us_8_envs(bencher: Bencher<'_, '_>, how: &str) {
     let kwargs = Kwargs::new().with("step_us", 50);
     if how == "single_thread" {
-        let mut envs: Vec<(Box<dyn Env>, TensorDict, TensorDict)> = (0..8)
-            .map(|_| {
-                let mut env = envs::make("LatencyEnv", &kwargs).expect("env");
-                let mut root = env.reset(None).expect("reset");
-                root.set("action", Tensor::full(&[1], 1i64)).expect("[]");
-                let next = env.step_template();
-                (env, root, next)
-            })
-            .collect();
-        bencher.counter(ItemsCount::new(8usize)).bench_local(|| {
-            for (env, root, next) in envs.iter_mut() {
-                env.step_into(black_box(root), next).expect("step");
-            }
-        });
+        // The raw loop (LatencyEnv is never done with these arguments).
+        let mut envs = RawLoop::new("LatencyEnv", &kwargs, 8);
+        bencher
+            .counter(ItemsCount::new(8usize))
+            .bench_local(|| envs.round());
     } else {
         let pool = AsyncEnvPool::builder()
             .registered_n("LatencyEnv", 8, kwargs)

@@ -11,9 +11,13 @@
 
 use std::time::Instant;
 
-use envs::{Env, Kwargs};
+use envs::Kwargs;
 use pool::{AsyncEnvPool, Recv, Target};
 use tensordict::{Tensor, TensorDict};
+
+#[path = "../benches/common/raw.rs"]
+mod raw;
+use raw::RawLoop;
 
 fn actions(n: usize) -> TensorDict {
     let mut td = TensorDict::new(&[n]);
@@ -61,29 +65,10 @@ fn main() {
     let steps;
     match mode {
         "raw" => {
-            let mut envs: Vec<(Box<dyn Env>, TensorDict, TensorDict)> = (0..n)
-                .map(|_| {
-                    let mut env = envs::make(name, &kwargs(name)).expect("env");
-                    let mut root = env.reset(None).expect("reset");
-                    root.set("action", Tensor::full(&[1], 1i64)).expect("[]");
-                    let next = env.step_template();
-                    (env, root, next)
-                })
-                .collect();
+            let mut envs = RawLoop::new(name, &kwargs(name), n);
             start = Instant::now();
             for _ in 0..iters {
-                for (env, root, next) in envs.iter_mut() {
-                    env.step_into(std::hint::black_box(root), next)
-                        .expect("step");
-                    if next
-                        .tensor("done")
-                        .expect("done")
-                        .as_slice::<bool>()
-                        .expect("bool")[0]
-                    {
-                        env.reset_into(None, root).expect("reset");
-                    }
-                }
+                envs.round();
             }
             steps = iters * n;
         }

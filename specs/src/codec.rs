@@ -25,8 +25,8 @@
 //! The bounds reuse tensordict's codec, so tensor bytes (endianness, bool
 //! bytes) have one reader and one writer in the workspace.
 //!
-//! Decoding never panics. It checks every count against the bytes that
-//! remain before reading on (each item takes at least a known number of
+//! Decoding never panics. It reads with [`tensordict::ByteReader`], which
+//! checks every count against the bytes that remain before reading on (each item takes at least a known number of
 //! bytes), reserves room only for shapes and `nvec`s (8 bytes of input per
 //! element) and pushes entries and stack parts as they are read, so
 //! malformed input cannot make it allocate much more than the input's own
@@ -37,7 +37,7 @@
 //! encoding is canonical: bytes that decode are the encoding of the spec
 //! they decode to.
 
-use tensordict::{DType, Entry, NestedKey, Tensor, TensorDict};
+use tensordict::{ByteReader, DType, Entry, NestedKey, ReadError, Tensor, TensorDict};
 
 use crate::error::DecodeProblem;
 use crate::{Bounded, Composite, SpecError, StackedSpec, TensorSpec};
@@ -140,8 +140,7 @@ impl TensorSpec {
     /// cannot make the decoder allocate much more than the input's size.
     pub fn decode(bytes: &[u8]) -> Result<TensorSpec, SpecError> {
         let mut reader = Reader {
-            bytes,
-            pos: 0,
+            bytes: ByteReader::new(bytes),
             key: Vec::new(),
             env: Vec::new(),
         };
@@ -154,10 +153,11 @@ impl TensorSpec {
             return Err(reader.error(1, DecodeProblem::UnsupportedVersion { found: version }));
         }
         let spec = reader.spec(0)?;
-        match reader.remaining() {
-            0 => Ok(spec),
-            count => Err(reader.error(reader.pos, DecodeProblem::TrailingBytes { count })),
-        }
+        reader
+            .bytes
+            .finish("the spec")
+            .map_err(|err| reader.failed(err))?;
+        Ok(spec)
     }
 }
 
@@ -250,8 +250,7 @@ fn write_bounds(bounded: &Bounded, out: &mut Vec<u8>) {
 /// Reads a message, keeping the key and the env of the spec being read for
 /// errors.
 struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
+    bytes: ByteReader<'a>,
     /// The key of the spec being read: the composite entries on its path,
     /// outermost first.
     key: Vec<String>,
@@ -260,10 +259,6 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn remaining(&self) -> usize {
-        self.bytes.len().saturating_sub(self.pos)
-    }
-
     /// A [`SpecError::Decode`] at byte `at`, in the spec being read.
     fn error(&self, at: usize, problem: DecodeProblem) -> SpecError {
         SpecError::Decode {
@@ -279,74 +274,59 @@ impl<'a> Reader<'a> {
         self.error(at, DecodeProblem::Invalid(Box::new(err)))
     }
 
-    fn truncated(&self, what: &'static str, needed: usize) -> SpecError {
-        self.error(
-            self.pos,
-            DecodeProblem::Truncated {
+    /// A failed read, in the spec being read: a count that cannot fit in
+    /// the bytes that remain is a truncation (its items would need more
+    /// bytes than remain), as is a read past the end.
+    fn failed(&self, err: ReadError) -> SpecError {
+        let at = err.at();
+        let problem = match err {
+            ReadError::Truncated {
                 what,
                 needed,
-                remaining: self.remaining(),
+                remaining,
+                ..
+            } => DecodeProblem::Truncated {
+                what,
+                needed,
+                remaining,
             },
-        )
+            ReadError::CountTooLarge {
+                what, remaining, ..
+            } => DecodeProblem::Truncated {
+                what,
+                needed: err.needed().unwrap_or(usize::MAX),
+                remaining,
+            },
+            ReadError::TooLarge { what, value, .. } => DecodeProblem::TooLarge { what, value },
+            ReadError::InvalidUtf8 { .. } => DecodeProblem::InvalidUtf8,
+            ReadError::TrailingBytes { count, .. } => DecodeProblem::TrailingBytes { count },
+        };
+        self.error(at, problem)
     }
 
     fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], SpecError> {
-        let rest = self.bytes.get(self.pos..).unwrap_or_default();
-        let Some((head, _)) = rest.split_at_checked(n) else {
-            return Err(self.truncated(what, n));
-        };
-        self.pos += n;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], SpecError> {
-        let at = self.pos;
-        let bytes = self.take(N, what)?;
-        <[u8; N]>::try_from(bytes).map_err(|_| {
-            self.error(
-                at,
-                DecodeProblem::Truncated {
-                    what,
-                    needed: N,
-                    remaining: bytes.len(),
-                },
-            )
-        })
+        self.bytes.take(n, what).map_err(|err| self.failed(err))
     }
 
     fn u8(&mut self, what: &'static str) -> Result<u8, SpecError> {
-        let [byte] = self.array::<1>(what)?;
-        Ok(byte)
+        self.bytes.u8(what).map_err(|err| self.failed(err))
     }
 
     fn i64(&mut self, what: &'static str) -> Result<i64, SpecError> {
-        Ok(i64::from_le_bytes(self.array(what)?))
+        self.bytes.i64(what).map_err(|err| self.failed(err))
     }
 
     /// A `u64` that must fit `usize`.
     fn usize(&mut self, what: &'static str) -> Result<usize, SpecError> {
-        let at = self.pos;
-        let value = u64::from_le_bytes(self.array(what)?);
-        usize::try_from(value).map_err(|_| self.error(at, DecodeProblem::TooLarge { what, value }))
+        self.bytes.u64_usize(what).map_err(|err| self.failed(err))
     }
 
-    /// A count of items each at least `min_item` bytes long, checked
+    /// A `u64` count of items each at least `min_item` bytes long, checked
     /// against the bytes that remain.
     fn count(&mut self, what: &'static str, min_item: usize) -> Result<usize, SpecError> {
-        let at = self.pos;
-        let count = self.usize(what)?;
-        let needed = count.saturating_mul(min_item);
-        if needed > self.remaining() {
-            return Err(self.error(
-                at,
-                DecodeProblem::Truncated {
-                    what,
-                    needed,
-                    remaining: self.remaining(),
-                },
-            ));
-        }
-        Ok(count)
+        self.bytes
+            .count::<u64>(what, min_item)
+            .map_err(|err| self.failed(err))
     }
 
     fn shape(&mut self, what: &'static str) -> Result<Vec<usize>, SpecError> {
@@ -360,22 +340,23 @@ impl<'a> Reader<'a> {
     }
 
     fn dtype(&mut self) -> Result<DType, SpecError> {
-        let at = self.pos;
+        let at = self.bytes.position();
         let tag = self.u8("dtype")?;
         DType::from_tag(tag)
             .ok_or_else(|| self.error(at, DecodeProblem::UnknownTag { what: "dtype", tag }))
     }
 
     fn key(&mut self) -> Result<&'a str, SpecError> {
+        // The length is the "key length", its bytes the "key".
         let len = self.count("key length", 1)?;
-        let at = self.pos;
+        let at = self.bytes.position();
         let bytes = self.take(len, "key")?;
         std::str::from_utf8(bytes).map_err(|_| self.error(at, DecodeProblem::InvalidUtf8))
     }
 
     /// The spec that starts here, `depth` levels below the root.
     fn spec(&mut self, depth: usize) -> Result<TensorSpec, SpecError> {
-        let at = self.pos;
+        let at = self.bytes.position();
         if depth > MAX_DECODE_DEPTH {
             return Err(self.error(at, DecodeProblem::TooDeep));
         }
@@ -441,7 +422,7 @@ impl<'a> Reader<'a> {
     /// exactly the tensors `"low"` and `"high"` at batch size `[]`.
     fn bounds(&mut self) -> Result<(Tensor, Tensor), SpecError> {
         let len = self.count("bounds length", 1)?;
-        let at = self.pos;
+        let at = self.bytes.position();
         let message = self.take(len, "bounds")?;
         let bounds = tensordict::decode(message)
             .map_err(|err| self.error(at, DecodeProblem::Bounds(err)))?;
@@ -471,7 +452,7 @@ impl<'a> Reader<'a> {
         let count = self.count("entry count", MIN_ENTRY)?;
         let mut previous: Option<&'a str> = None;
         for _ in 0..count {
-            let at = self.pos;
+            let at = self.bytes.position();
             let key = self.key()?;
             if let Some(previous) = previous.filter(|&p| p >= key) {
                 return Err(self.error(

@@ -14,6 +14,7 @@
 //! value    := 0 i64 | 1 f64 | 2 bool u8 | 3 len u32 utf-8 | 4 count u32 value * count
 //! ```
 
+use crate::byte_reader::{ByteReader, ReadError};
 use crate::tensor::checked_numel;
 use crate::{DType, Entry, NonTensor, Tensor, TensorDict, TensorDictError};
 
@@ -209,78 +210,71 @@ fn write_value(value: &NonTensor, out: &mut Vec<u8>) {
 /// bytes that remain before anything is allocated for it, so malformed input
 /// cannot make the decoder allocate much more than the input's own size.
 pub fn decode(bytes: &[u8]) -> Result<TensorDict, DecodeError> {
-    let mut reader = Reader { bytes, pos: 0 };
-    if reader.take(4, "magic")? != MAGIC {
+    let mut reader = Reader(ByteReader::new(bytes));
+    if reader.0.take(MAGIC.len(), "magic")? != MAGIC {
         return Err(DecodeError::BadMagic);
     }
-    let version = reader.u8("version")?;
+    let version = reader.0.u8("version")?;
     if version != VERSION {
         return Err(DecodeError::UnsupportedVersion { found: version });
     }
     let td = reader.dict(0)?;
-    match reader.remaining() {
-        0 => Ok(td),
-        count => Err(DecodeError::TrailingBytes { count }),
-    }
+    reader.0.finish("the message")?;
+    Ok(td)
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn remaining(&self) -> usize {
-        self.bytes.len() - self.pos
-    }
-
-    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
-        if n > self.remaining() {
-            return Err(DecodeError::Truncated {
-                what,
-                at: self.pos,
-                needed: n,
-                remaining: self.remaining(),
-            });
-        }
-        let out = &self.bytes[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(out)
-    }
-
-    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], DecodeError> {
-        let mut out = [0u8; N];
-        out.copy_from_slice(self.take(N, what)?);
-        Ok(out)
-    }
-
-    fn u8(&mut self, what: &'static str) -> Result<u8, DecodeError> {
-        Ok(self.array::<1>(what)?[0])
-    }
-
-    /// A count of items each at least `min_item` bytes long, checked against
-    /// the bytes that remain.
-    fn count(&mut self, what: &'static str, min_item: usize) -> Result<usize, DecodeError> {
-        let at = self.pos;
-        let n = u32::from_le_bytes(self.array(what)?) as usize;
-        let needed = n.saturating_mul(min_item);
-        if needed > self.remaining() {
-            return Err(DecodeError::Truncated {
+impl From<ReadError> for DecodeError {
+    /// The codec's error for a failed read: a count that cannot fit in the
+    /// bytes that remain is a truncation (its items would need more bytes
+    /// than remain), as is a read past the end.
+    fn from(err: ReadError) -> DecodeError {
+        match err {
+            ReadError::Truncated {
                 what,
                 at,
                 needed,
-                remaining: self.remaining(),
-            });
+                remaining,
+            } => DecodeError::Truncated {
+                what,
+                at,
+                needed,
+                remaining,
+            },
+            ReadError::CountTooLarge {
+                what,
+                at,
+                remaining,
+                ..
+            } => DecodeError::Truncated {
+                what,
+                at,
+                needed: err.needed().unwrap_or(usize::MAX),
+                remaining,
+            },
+            ReadError::InvalidUtf8 { what, at } => DecodeError::InvalidUtf8 { what, at },
+            ReadError::TrailingBytes { count, .. } => DecodeError::TrailingBytes { count },
+            // The codec's counts are `u32`s; only a dim (a `u64`) can be too
+            // large for `usize`, and `Reader::shape` names the shape.
+            ReadError::TooLarge { at, .. } => DecodeError::Invalid {
+                at,
+                source: TensorDictError::ShapeTooLarge {
+                    shape: vec![usize::MAX],
+                },
+            },
         }
-        Ok(n)
     }
+}
 
+/// The codec's reads over a [`ByteReader`]: a dict, a tensor, a value.
+struct Reader<'a>(ByteReader<'a>);
+
+impl<'a> Reader<'a> {
     fn shape(&mut self, what: &'static str) -> Result<Vec<usize>, DecodeError> {
-        let ndim = self.count(what, 8)?;
+        let ndim = self.0.count::<u32>(what, 8)?;
         let mut shape = Vec::with_capacity(ndim);
         for _ in 0..ndim {
-            let at = self.pos;
-            let d = u64::from_le_bytes(self.array(what)?);
+            let at = self.0.position();
+            let d = self.0.u64(what)?;
             let d = usize::try_from(d).map_err(|_| DecodeError::Invalid {
                 at,
                 source: TensorDictError::ShapeTooLarge {
@@ -292,25 +286,20 @@ impl<'a> Reader<'a> {
         Ok(shape)
     }
 
-    fn str(&mut self, what: &'static str) -> Result<&'a str, DecodeError> {
-        let len = self.count(what, 1)?;
-        let at = self.pos;
-        std::str::from_utf8(self.take(len, what)?)
-            .map_err(|_| DecodeError::InvalidUtf8 { what, at })
-    }
-
     fn dict(&mut self, depth: usize) -> Result<TensorDict, DecodeError> {
         if depth > MAX_DEPTH {
-            return Err(DecodeError::TooDeep { at: self.pos });
+            return Err(DecodeError::TooDeep {
+                at: self.0.position(),
+            });
         }
         let batch = self.shape("batch size")?;
         // Smallest entry: key length (4) + one key byte + kind (1) + payload (>= 2).
-        let count = self.count("entry count", 8)?;
+        let count = self.0.count::<u32>("entry count", 8)?;
         let mut td = TensorDict::new(&batch);
         let mut previous: Option<&str> = None;
         for _ in 0..count {
-            let at = self.pos;
-            let key = self.str("key")?;
+            let at = self.0.position();
+            let key = self.0.str::<u32>("key")?;
             if previous.is_some_and(|p| p >= key) {
                 return Err(DecodeError::KeyOrder {
                     key: key.to_owned(),
@@ -318,8 +307,8 @@ impl<'a> Reader<'a> {
                 });
             }
             previous = Some(key);
-            let kind_at = self.pos;
-            let entry = match self.u8("entry kind")? {
+            let kind_at = self.0.position();
+            let entry = match self.0.u8("entry kind")? {
                 KIND_TENSOR => Entry::Tensor(self.tensor()?),
                 KIND_NON_TENSOR => Entry::NonTensor(self.value(depth + 1)?),
                 KIND_DICT => Entry::Dict(self.dict(depth + 1)?),
@@ -338,8 +327,8 @@ impl<'a> Reader<'a> {
     }
 
     fn tensor(&mut self) -> Result<Tensor, DecodeError> {
-        let at = self.pos;
-        let tag = self.u8("dtype")?;
+        let at = self.0.position();
+        let tag = self.0.u8("dtype")?;
         let dtype = DType::from_tag(tag).ok_or(DecodeError::UnknownTag {
             what: "dtype",
             tag,
@@ -354,22 +343,24 @@ impl<'a> Reader<'a> {
                     shape: shape.clone(),
                 },
             })?;
-        let data = self.take(nbytes, "tensor data")?;
+        let data = self.0.take(nbytes, "tensor data")?;
         Tensor::from_bytes(dtype, &shape, data)
             .map_err(|source| DecodeError::Invalid { at, source })
     }
 
     fn value(&mut self, depth: usize) -> Result<NonTensor, DecodeError> {
         if depth > MAX_DEPTH {
-            return Err(DecodeError::TooDeep { at: self.pos });
+            return Err(DecodeError::TooDeep {
+                at: self.0.position(),
+            });
         }
-        let at = self.pos;
-        Ok(match self.u8("value tag")? {
-            VALUE_INT => NonTensor::Int(i64::from_le_bytes(self.array("int")?)),
-            VALUE_FLOAT => NonTensor::Float(f64::from_le_bytes(self.array("float")?)),
+        let at = self.0.position();
+        Ok(match self.0.u8("value tag")? {
+            VALUE_INT => NonTensor::Int(self.0.i64("int")?),
+            VALUE_FLOAT => NonTensor::Float(self.0.f64("float")?),
             VALUE_BOOL => {
-                let b_at = self.pos;
-                match self.u8("bool")? {
+                let b_at = self.0.position();
+                match self.0.u8("bool")? {
                     0 => NonTensor::Bool(false),
                     1 => NonTensor::Bool(true),
                     tag => {
@@ -381,10 +372,10 @@ impl<'a> Reader<'a> {
                     }
                 }
             }
-            VALUE_STR => NonTensor::Str(self.str("string")?.to_owned()),
+            VALUE_STR => NonTensor::Str(self.0.str::<u32>("string")?.to_owned()),
             VALUE_STACK => {
                 // Smallest value: a tag and one byte (a bool).
-                let n = self.count("stack length", 2)?;
+                let n = self.0.count::<u32>("stack length", 2)?;
                 let mut items = Vec::with_capacity(n);
                 for _ in 0..n {
                     items.push(self.value(depth + 1)?);

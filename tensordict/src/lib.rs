@@ -15,6 +15,9 @@
 //!   ([`LazyStackedTensorDict`]) and maybe-dense ([`StackedTensorDict`]).
 //! - A binary codec ([`encode`], [`decode`]) to send a tensordict through a
 //!   pipe; `decode` never panics on malformed bytes.
+//! - [`ByteReader`]: the cursor over untrusted bytes that every decoder of
+//!   the workspace reads with (this codec, specs, the exchange's schema,
+//!   the control socket), its failures a [`ReadError`].
 //!
 //! ```
 //! use tensordict::{decode, encode, DType, NonTensor, Tensor, TensorDict};
@@ -39,6 +42,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod byte_reader;
 mod codec;
 mod dtype;
 mod entries;
@@ -50,6 +54,7 @@ mod stack;
 mod tensor;
 mod tensordict;
 
+pub use crate::byte_reader::{ByteReader, LenPrefix, ReadError};
 pub use crate::codec::{decode, encode, encode_into, DecodeError};
 pub use crate::dtype::{DType, Element};
 pub use crate::error::TensorDictError;
