@@ -177,14 +177,7 @@ fn async_half(bencher: Bencher<'_, '_>, workload: Workload, kind: Kind, n: usize
     let half_actions = actions(half);
     bencher.counter(ItemsCount::new(half)).bench_local(|| {
         let step = pool.async_step_recv(recv).expect("recv");
-        let ids: Vec<usize> = step
-            .get_non_tensor("env_index")
-            .expect("env_index")
-            .as_int_vec()
-            .expect("ints")
-            .into_iter()
-            .map(|i| i as usize)
-            .collect();
+        let ids: Vec<usize> = step.env_indices().to_vec();
         pool.async_step_send(half_actions.clone(), Target::Envs(ids))
             .expect("send");
     });

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use envs::Kwargs;
 use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions, Recv, Target};
-use tensordict::{StackedTensorDict, Tensor, TensorDict};
+use tensordict::{Tensor, TensorDict};
 
 #[path = "common/raw.rs"]
 mod raw;
@@ -218,23 +218,13 @@ impl Driver {
                     .pool
                     .async_step_and_maybe_reset_recv(recv)
                     .expect("recv");
-                let ids = env_ids(&step);
+                let ids = step.env_indices().to_vec();
                 self.pool
                     .async_step_and_maybe_reset_send(self.half_actions.clone(), Target::Envs(ids))
                     .expect("send");
             }
         }
     }
-}
-
-fn env_ids(step: &StackedTensorDict) -> Vec<usize> {
-    step.get_non_tensor("env_index")
-        .expect("env_index")
-        .as_int_vec()
-        .expect("ints")
-        .into_iter()
-        .map(|i| i as usize)
-        .collect()
 }
 
 impl Row {

@@ -45,16 +45,6 @@ fn pool_of(name: &str, n: usize) -> AsyncEnvPool {
     pool
 }
 
-fn env_ids(step: &tensordict::StackedTensorDict) -> Vec<usize> {
-    step.get_non_tensor("env_index")
-        .expect("env_index")
-        .as_int_vec()
-        .expect("ints")
-        .into_iter()
-        .map(|i| i as usize)
-        .collect()
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = args.first().map_or("sync", String::as_str);
@@ -111,12 +101,12 @@ fn main() {
             for _ in 0..iters {
                 if with_reset {
                     let (step, _root) = pool.async_step_and_maybe_reset_recv(recv).expect("recv");
-                    let ids = env_ids(&step);
+                    let ids = step.env_indices().to_vec();
                     pool.async_step_and_maybe_reset_send(half_actions.clone(), Target::Envs(ids))
                         .expect("send");
                 } else {
                     let step = pool.async_step_recv(recv).expect("recv");
-                    let ids = env_ids(&step);
+                    let ids = step.env_indices().to_vec();
                     pool.async_step_send(half_actions.clone(), Target::Envs(ids))
                         .expect("send");
                 }
