@@ -247,7 +247,7 @@ impl Region {
     }
 
     /// The `u64` atomic at `offset` (8-aligned, inside the region).
-    pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, RegionError> {
+    pub(crate) fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, RegionError> {
         self.check(offset, 8)?;
         // SAFETY: `check` proved the 8 bytes at `offset` are inside the
         // mapping and 8-aligned (the mapping itself is page-aligned);
@@ -261,7 +261,7 @@ impl Region {
 
     /// The `u32` atomic at `offset` (4-aligned, inside the region): a futex
     /// word.
-    pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, RegionError> {
+    pub(crate) fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, RegionError> {
         self.check(offset, 4)?;
         // SAFETY: as in `atomic_u64`, for 4 bytes and 4-alignment.
         Ok(unsafe { AtomicU32::from_ptr(self.as_ptr().add(offset).cast()) })

@@ -551,18 +551,17 @@ impl ThreadBackend {
     }
 
     /// Runs queued envs (at most 8, each published as it finishes) in the
-    /// calling thread, if
-    /// any is queued and env steps have been quick (a moving average under
-    /// 10 us): a receiver that would otherwise wait helps the workers. Returns
+    /// calling thread, if any is queued and env steps have been quick (a
+    /// moving average under `HELP_MAX_ENV_TIME`): a receiver that would
+    /// otherwise wait helps the workers. Returns
     /// whether it ran anything. Never with [`ThreadOptions::affinity`]:
     /// the envs then run on the worker threads' CPUs only.
     ///
     /// On as many workers as cores, a waiting receiver shares a core with
     /// a worker; waiting, it hands that core back and forth with the
     /// worker at each yield. Helping, it steps the envs in the worker's
-    /// place instead, and the batch is done sooner (`perf sched`, 64
-    /// CartPoles on 2 cores: batches of ~33 us instead of ~52 under the
-    /// tracer). It blocks for as long as those envs take, so a
+    /// place instead, and the batch is done sooner (docs/performance.md has
+    /// the `perf sched` figures). It blocks for as long as those envs take, so a
     /// receiver helps only when it has to wait for every queued env anyway.
     pub fn help(&self) -> bool {
         let quick =

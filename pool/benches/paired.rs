@@ -4,11 +4,10 @@
 //! flipped every pair), so that both sides of the difference see the
 //! machine in the same state.
 //!
-//! Why: on a shared virtual machine the speed of one thread moves by tens
-//! of percent from one second to the next (the `raw` loop of `pool.rs` gave
-//! 215 ns per CartPole step in one run and 440 ns in the next, minutes
-//! apart), so a difference of two medians taken seconds apart (divan runs
-//! one benchmark's samples, then the next's) is mostly that drift. Here
+//! Why: on a shared virtual machine the speed of one thread drifts by tens
+//! of percent between runs minutes apart (docs/performance.md), so a
+//! difference of two medians taken seconds apart (divan runs one
+//! benchmark's samples, then the next's) is mostly that drift. Here
 //! each pair is taken within a few milliseconds; the figure is the median
 //! over pairs of the per-pair difference, with its interquartile range.
 //!

@@ -683,9 +683,9 @@ fn a_worker_killed_mid_step_is_reported_at_once() {
                 matches!(err, PoolError::WorkerDied { worker: 0, .. }),
                 "{err}"
             );
-            // Measured: 3 ms (queue) and 9 ms (shm) from the start of the kill
-            // command (its own start and exit included); the bound is
-            // generous for a loaded machine.
+            // Milliseconds from the start of the kill command (its own start
+            // and exit included; docs/reliability.md); the bound is generous
+            // for a loaded machine.
             let latency = reported.saturating_duration_since(killed);
             assert!(
                 latency < Duration::from_secs(1),
