@@ -19,40 +19,23 @@
 use std::ops::Range;
 use std::os::unix::net::UnixStream;
 use std::process::Child;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use envs::{EnvSpecs, Kwargs, Op, Rows};
+use envs::{EnvSpecs, Kwargs};
 use exchange::{Bells, Exchange, ReadError, Schema};
+use pool_core::phase::{DONE, FAILED, QUEUED};
+use pool_core::spin::{spin_left, SHM_RECEIVER_SPIN};
+use pool_core::{lock, Liveness, Op, Output, Phases, Rows, Signal};
 use tensordict::{NestedKey, TensorDict};
 
-use crate::signal::Signal;
 use crate::spawn;
 use crate::wire::{write_frame, EnvEntry, FrameReader, FromWorker, ToWorker};
 use crate::worker::command_word;
 use crate::{ExchangeMode, ProcError, ProcOptions};
 use smallvec::SmallVec;
-
-/// How long a receiver of the shm exchange spins (yielding) on the bell
-/// before it sleeps: results of a batch come within tens of microseconds,
-/// and a sleeping receiver costs its workers a wake-up system call. The
-/// budget is per receive, not per ring: a receiver that spun through every
-/// ring of a long batch kept a core busy, and with 2 workers on 2 cores the
-/// scheduler then ran both workers' runners on the other core, one after
-/// the other (`perf sched`: LatencyEnv 8 envs, batches of 440 us instead of
-/// 220).
-const RECEIVER_SPIN: Duration = Duration::from_micros(200);
-
-/// No command in flight.
-const IDLE: u8 = 0;
-/// Sent; no result yet.
-const QUEUED: u8 = 1;
-/// The result is in the cell, waiting to be taken.
-const DONE: u8 = 2;
-/// The env (or its worker) failed; the error is in the cell.
-const FAILED: u8 = 3;
 
 /// One env's buffers and latest result, in the parent.
 struct Cell {
@@ -69,8 +52,6 @@ struct Cell {
 }
 
 struct Slot {
-    /// `IDLE`, `QUEUED`, `DONE` or `FAILED`.
-    phase: AtomicU8,
     /// An order of arrival of results: receivers that take fewer results
     /// than are ready take the oldest. With shm, the time the worker
     /// published the result (ns of the monotonic clock, for the
@@ -81,17 +62,17 @@ struct Slot {
 
 impl Slot {
     fn lock(&self) -> MutexGuard<'_, Cell> {
-        // Nothing panics while a cell is held; recover from any other
-        // cause.
-        self.cell.lock().unwrap_or_else(|p| p.into_inner())
+        // Nothing panics while a cell is held.
+        lock(&self.cell)
     }
 }
 
 /// One worker process, as the parent sees it.
 struct Worker {
     envs: Range<usize>,
-    /// Cleared (SeqCst) once its socket ended; see `send` for the pairing.
-    alive: AtomicBool,
+    /// Whether its socket is still open: see `send` and
+    /// `Shared::worker_died` for the protocol.
+    life: Liveness,
     /// Its socket, for commands and stop (one frame per lock).
     writer: Mutex<UnixStream>,
     /// Taken by whoever reaps it.
@@ -135,6 +116,8 @@ impl ShmRows {
 }
 
 struct Shared {
+    /// Per env: where it stands.
+    phases: Phases,
     slots: Vec<Slot>,
     /// Shm with batch rows: see [`ShmRows`].
     rows: Option<Mutex<ShmRows>>,
@@ -153,20 +136,8 @@ struct Shared {
 impl Worker {
     /// Its process, for whoever reaps it (once).
     fn take_child(&self) -> Option<Child> {
-        self.child.lock().unwrap_or_else(|p| p.into_inner()).take()
+        lock(&self.child).take()
     }
-}
-
-/// The result of one env, borrowed from its cell while it is taken.
-#[derive(Debug)]
-pub struct EnvOutput<'a> {
-    /// The operation that produced it.
-    pub op: Op,
-    /// For a step: the `"next"` entries.
-    pub next: &'a TensorDict,
-    /// For a reset: the reset root; for step-and-maybe-reset: the root of
-    /// the next step.
-    pub root: &'a TensorDict,
 }
 
 /// A receiver's view of the events so far, for [`ProcBackend::wait`].
@@ -456,7 +427,6 @@ impl ProcBackend {
             names.push(b.name);
             templates.push((b.next.clone(), b.root.clone()));
             slots.push(Slot {
-                phase: AtomicU8::new(IDLE),
                 published: AtomicU64::new(0),
                 cell: Mutex::new(Cell {
                     op: Op::Reset,
@@ -478,7 +448,7 @@ impl ProcBackend {
             readers_in.push(s.reader);
             worker_states.push(Worker {
                 envs: s.envs,
-                alive: AtomicBool::new(true),
+                life: Liveness::new(),
                 writer: Mutex::new(s.writer),
                 child: Mutex::new(s.child),
                 pid: s.pid,
@@ -519,6 +489,7 @@ impl ProcBackend {
             _ => None,
         };
         let shared = Arc::new(Shared {
+            phases: Phases::new(n),
             rows,
             slots,
             workers: worker_states,
@@ -544,11 +515,7 @@ impl ProcBackend {
                 .name(format!("rlpool-reader-{w}"))
                 .spawn(move || reader_loop(&for_reader, w, reader));
             match spawned {
-                Ok(handle) => backend
-                    .readers
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(handle),
+                Ok(handle) => lock(&backend.readers).push(handle),
                 Err(err) => {
                     // Dropping the backend stops the workers started.
                     return Err(ProcError::Spawn {
@@ -659,10 +626,7 @@ impl ProcBackend {
             if env >= n {
                 return Err(ProcError::NoSuchEnv { env, num_envs: n });
             }
-            // Acquire: pairs with the Release of IDLE in `release`.
-            if std::mem::replace(&mut addressed[env], true)
-                || self.shared.slots[env].phase.load(Ordering::Acquire) != IDLE
-            {
+            if std::mem::replace(&mut addressed[env], true) || !self.shared.phases.is_idle(env) {
                 return Err(ProcError::Busy { env });
             }
         }
@@ -717,16 +681,17 @@ impl ProcBackend {
         for (&(env, row), &input) in jobs.iter().zip(&with_input) {
             let slot = &self.shared.slots[env];
             let worker = &self.shared.workers[self.shared.worker_of[env]];
+            let alive;
             let sent = {
                 let mut cell = slot.lock();
                 cell.op = op;
                 cell.error = None;
-                // SeqCst: ordered before the load of `alive` below (see
-                // `Shared::worker_died`).
-                slot.phase.store(QUEUED, Ordering::SeqCst);
+                // QUEUED, then whether the worker lives (`Liveness`): a
+                // worker that dies from now on fails the env in its scan.
+                alive = worker.life.queue(&self.shared.phases, env);
                 match &self.shared.shm {
                     // A dead worker takes no command: failed below.
-                    _ if !worker.alive.load(Ordering::SeqCst) => Ok(()),
+                    _ if !alive => Ok(()),
                     Some(shm) => {
                         let written = match (&input_rows, row) {
                             (Some(rows), Some(row)) if input => shm.write_input_row(env, rows, row),
@@ -749,7 +714,7 @@ impl ProcBackend {
                                 Vec::new()
                             },
                         };
-                        let stream = worker.writer.lock().unwrap_or_else(|p| p.into_inner());
+                        let stream = lock(&worker.writer);
                         // A socket that refuses the command belongs to a
                         // worker that is gone or going: its reader sees the
                         // end and fails the env with the reason (exit
@@ -764,8 +729,9 @@ impl ProcBackend {
                 Ok(()) => rung[self.shared.worker_of[env]] = true,
                 Err(err) => failed |= self.shared.fail(env, err),
             }
-            // SeqCst: pairs with the store in `Shared::worker_died`.
-            if !worker.alive.load(Ordering::SeqCst) {
+            // The worker was dead when the env was queued (or died since:
+            // then its scan fails the env too; failing is done once).
+            if !alive || !worker.life.is_alive() {
                 let err = self
                     .shared
                     .died_error(self.shared.worker_of[env], String::new());
@@ -798,9 +764,7 @@ impl ProcBackend {
     /// the shm exchange, a result newly published in its slot is read here:
     /// into its rows with [`Rows::Batch`], else into its cell.
     pub fn is_done(&self, env: usize) -> bool {
-        let slot = &self.shared.slots[env];
-        // Acquire: pairs with the Release of DONE / FAILED.
-        match slot.phase.load(Ordering::Acquire) {
+        match self.shared.phases.get(env) {
             DONE | FAILED => true,
             QUEUED if self.shared.rows.is_some() => {
                 let mut ready = Vec::new();
@@ -825,11 +789,11 @@ impl ProcBackend {
         // A cheap look at each slot first: most polls find nothing new.
         let mut fresh: SmallVec<[usize; 64]> = SmallVec::new();
         for env in envs {
-            let slot = &self.shared.slots[env];
-            // Acquire: pairs with the Release of DONE / FAILED.
-            match slot.phase.load(Ordering::Acquire) {
+            match self.shared.phases.get(env) {
                 DONE | FAILED => ready.push(env),
-                QUEUED if shm.published_after(env, slot.lock().taken) => fresh.push(env),
+                QUEUED if shm.published_after(env, self.shared.slots[env].lock().taken) => {
+                    fresh.push(env)
+                }
                 _ => {}
             }
         }
@@ -874,7 +838,7 @@ impl ProcBackend {
 
     /// Whether env `env` failed (its error waits to be taken).
     pub fn is_failed(&self, env: usize) -> bool {
-        self.shared.slots[env].phase.load(Ordering::Acquire) == FAILED
+        self.shared.phases.is_failed(env)
     }
 
     /// A ticket for [`ProcBackend::wait`]: take it before checking results.
@@ -894,20 +858,21 @@ impl ProcBackend {
         match &self.shared.shm {
             // Failures and wake-ups ring the bell too.
             Some(shm) => {
-                let spin = RECEIVER_SPIN.saturating_sub(waiting_since.elapsed());
+                let spin = spin_left(SHM_RECEIVER_SPIN, waiting_since);
                 shm.wait_bell_spinning(ticket.bell, deadline, spin);
             }
-            None => self.shared.signal.wait(ticket.generation, deadline),
+            // The queue sleeps at once (see `pool_core::spin`).
+            None => {
+                let signal = &self.shared.signal;
+                let target = ticket.generation.wrapping_add(1);
+                signal.wait_for(target, signal.epoch(), deadline, Duration::ZERO);
+            }
         }
     }
 
     /// Reads env `env`'s result in its cell (it must be done): the output,
     /// or the env's error.
-    pub fn peek<R>(
-        &self,
-        env: usize,
-        read: impl FnOnce(EnvOutput<'_>) -> R,
-    ) -> Result<R, ProcError> {
+    pub fn peek<R>(&self, env: usize, read: impl FnOnce(Output<'_>) -> R) -> Result<R, ProcError> {
         let mut rows = self.shared.rows.as_ref().map(lock_rows);
         let mut cell = self.shared.slots[env].lock();
         if let Some(rows) = rows.as_mut() {
@@ -917,7 +882,7 @@ impl ProcBackend {
         if let Some(err) = &cell.error {
             return Err(err.clone());
         }
-        Ok(read(EnvOutput {
+        Ok(read(Output {
             op: cell.op,
             next: &cell.next,
             root: &cell.root,
@@ -928,7 +893,7 @@ impl ProcBackend {
     pub fn peek_many<R>(
         &self,
         envs: &[usize],
-        read: impl FnOnce(&[EnvOutput<'_>]) -> R,
+        read: impl FnOnce(&[Output<'_>]) -> R,
     ) -> Result<R, ProcError> {
         let mut rows = self.shared.rows.as_ref().map(lock_rows);
         let cells: Vec<MutexGuard<'_, Cell>> = envs
@@ -945,9 +910,9 @@ impl ProcBackend {
         if let Some(err) = cells.iter().find_map(|c| c.error.clone()) {
             return Err(err);
         }
-        let outputs: Vec<EnvOutput<'_>> = cells
+        let outputs: Vec<Output<'_>> = cells
             .iter()
-            .map(|c| EnvOutput {
+            .map(|c| Output {
                 op: c.op,
                 next: &c.next,
                 root: &c.root,
@@ -993,10 +958,8 @@ impl ProcBackend {
 
     /// Marks env `env`'s result taken: a send may address it again.
     pub fn release(&self, env: usize) {
-        let slot = &self.shared.slots[env];
-        slot.lock().error = None;
-        // Release: pairs with the Acquire in `send`.
-        slot.phase.store(IDLE, Ordering::Release);
+        self.shared.slots[env].lock().error = None;
+        self.shared.phases.release(env);
     }
 
     /// Stops the workers: each is asked to stop, given the shutdown
@@ -1010,7 +973,7 @@ impl ProcBackend {
         shared.closing.store(true, Ordering::SeqCst);
         let stop = ToWorker::Stop.encode();
         for worker in &shared.workers {
-            let stream = worker.writer.lock().unwrap_or_else(|p| p.into_inner());
+            let stream = lock(&worker.writer);
             let _ = write_frame(&stream, &stop, &[]);
         }
         let deadline = Instant::now() + self.shutdown_timeout;
@@ -1025,10 +988,10 @@ impl ProcBackend {
             }
             // Ends the reader's wait even if some other process still
             // holds the worker's end.
-            let stream = worker.writer.lock().unwrap_or_else(|p| p.into_inner());
+            let stream = lock(&worker.writer);
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
-        let readers = std::mem::take(&mut *self.readers.lock().unwrap_or_else(|p| p.into_inner()));
+        let readers = std::mem::take(&mut *lock(&self.readers));
         for reader in readers {
             let _ = reader.join();
         }
@@ -1054,12 +1017,7 @@ impl Shared {
     /// The error of an env of dead worker `w`.
     fn died_error(&self, w: usize, fallback: String) -> ProcError {
         let worker = &self.workers[w];
-        let reason = worker
-            .death
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .unwrap_or(fallback);
+        let reason = lock(&worker.death).clone().unwrap_or(fallback);
         ProcError::WorkerDied {
             worker: w,
             envs: worker.envs.clone().collect(),
@@ -1072,14 +1030,15 @@ impl Shared {
     fn fail(&self, env: usize, err: ProcError) -> bool {
         let slot = &self.slots[env];
         let mut cell = slot.lock();
-        if slot.phase.load(Ordering::Acquire) != QUEUED {
+        if self.phases.get(env) != QUEUED {
             return false;
         }
         cell.error = Some(err);
+        // Relaxed: read after the Acquire of FAILED.
         slot.published
             .store(self.signal.generation(), Ordering::Relaxed);
-        // Release: the error is visible to whoever sees FAILED.
-        slot.phase.store(FAILED, Ordering::Release);
+        // The error is visible to whoever sees FAILED.
+        self.phases.publish(env, true);
         true
     }
 
@@ -1120,7 +1079,7 @@ impl Shared {
     ) -> bool {
         let slot = &self.slots[env];
         let mut cell = slot.lock();
-        match slot.phase.load(Ordering::Acquire) {
+        match self.phases.get(env) {
             QUEUED => {}
             DONE | FAILED => return true,
             _ => return false,
@@ -1130,9 +1089,8 @@ impl Shared {
                 cell.taken = read.clock;
                 // Relaxed: read after the Acquire of DONE.
                 slot.published.store(read.published_ns, Ordering::Relaxed);
-                // Release: the result read above is visible to whoever sees
-                // DONE.
-                slot.phase.store(DONE, Ordering::Release);
+                // The result read above is visible to whoever sees DONE.
+                self.phases.publish(env, false);
                 true
             }
             Ok(None) | Err(ReadError::Busy { .. }) => false,
@@ -1140,7 +1098,7 @@ impl Shared {
                 cell.error = Some(ProcError::Shm {
                     message: format!("env {env}: {err}"),
                 });
-                slot.phase.store(FAILED, Ordering::Release);
+                self.phases.publish(env, true);
                 true
             }
         }
@@ -1163,7 +1121,7 @@ impl Shared {
         let slot = &self.slots[env];
         {
             let mut cell = slot.lock();
-            if slot.phase.load(Ordering::Acquire) != QUEUED {
+            if self.phases.get(env) != QUEUED {
                 return Err(format!(
                     "a result for env {env}, which has no command in flight"
                 ));
@@ -1174,10 +1132,11 @@ impl Shared {
             if let Some(root) = root {
                 cell.root = root;
             }
+            // Relaxed: read after the Acquire of DONE.
             slot.published
                 .store(self.signal.generation(), Ordering::Relaxed);
-            // Release: the result is visible to whoever sees DONE.
-            slot.phase.store(DONE, Ordering::Release);
+            // The result is visible to whoever sees DONE.
+            self.phases.publish(env, false);
         }
         self.wake();
         Ok(())
@@ -1210,14 +1169,13 @@ impl Shared {
         } else {
             reason = "the pool shut down".into();
         }
-        *worker.death.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
-        // SeqCst: pairs with the load in `send`: a send either sees the
-        // worker dead or has set QUEUED before the scan below looks.
-        worker.alive.store(false, Ordering::SeqCst);
-        for env in worker.envs.clone() {
+        *lock(&worker.death) = Some(reason);
+        // Dead, then a scan for QUEUED envs (`Liveness`): a send either
+        // sees the worker dead or has its env found here.
+        worker.life.die(&self.phases, worker.envs.clone(), |env| {
             let err = self.died_error(w, String::new());
             self.fail(env, err);
-        }
+        });
         self.wake();
     }
 }
@@ -1327,8 +1285,8 @@ fn start_error(s: &mut Starting, w: usize, what: String) -> ProcError {
 
 fn lock_rows(rows: &Mutex<ShmRows>) -> MutexGuard<'_, ShmRows> {
     // The rows are written only between a successful read's checks and
-    // its end; recover from any other cause.
-    rows.lock().unwrap_or_else(|p| p.into_inner())
+    // its end.
+    lock(rows)
 }
 
 fn unexpected(w: usize, msg: &FromWorker) -> ProcError {

@@ -29,8 +29,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use envs::{Env, Kwargs, Op, Runner};
+use envs::{Env, Kwargs};
 use exchange::{Bells, Exchange, Schema, FIRST_COMMAND};
+use pool_core::{Op, Runner};
 use tensordict::TensorDict;
 
 use crate::spawn::WORKER_VAR;
@@ -351,7 +352,7 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
             match catch_unwind(AssertUnwindSafe(|| envs::make(&entry.name, &kwargs))) {
                 Ok(Ok(inner)) => Ok(inner),
                 Ok(Err(err)) => Err((err.to_string(), false)),
-                Err(payload) => Err((envs::panic_message(&*payload), true)),
+                Err(payload) => Err((pool_core::panic_message(&*payload), true)),
             }
         });
         match built {
@@ -618,7 +619,7 @@ fn run_op(h: &mut Hosted, op: Op, with_input: bool) -> Result<(), FromWorker> {
         Err(payload) => Err(FromWorker::Failed {
             env: h.env as u32,
             during: h.runner.during.into(),
-            message: envs::panic_message(&*payload),
+            message: pool_core::panic_message(&*payload),
             panicked: true,
         }),
     }

@@ -3,12 +3,14 @@
 
 use std::num::NonZeroUsize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use envs::{Env, EnvError, EnvSpecs, Runner};
+use envs::{Env, EnvError, EnvSpecs};
+use pool_core::spin::{HELP_MAX_ENV_TIME, RECEIVER_SPIN, RECEIVER_SPIN_NO_SPARE_CORE};
+use pool_core::{lock, Output, Phases, Runner, Signal};
 use tensordict::TensorDict;
 
 use crate::queue::{Job, WorkQueue, MAX_CHUNK};
@@ -17,10 +19,9 @@ use smallvec::SmallVec;
 
 /// Chunks up to this many envs keep their per-chunk lists on the stack.
 const CHUNK_INLINE: usize = 16;
-use crate::signal::Signal;
 use crate::{Rows, ThreadError, ThreadOptions};
 
-pub use envs::Op;
+pub use pool_core::Op;
 
 /// Builds one env, in the thread that builds the backend.
 pub type EnvFactory = Box<dyn FnOnce() -> Result<Box<dyn Env>, EnvError> + Send>;
@@ -28,15 +29,6 @@ pub type EnvFactory = Box<dyn FnOnce() -> Result<Box<dyn Env>, EnvError> + Send>
 /// How long shutdown waits for the worker threads to finish the envs they
 /// are stepping before it leaves them behind.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
-
-/// No env work for this slot.
-const IDLE: u8 = 0;
-/// Queued or being stepped by a worker.
-const QUEUED: u8 = 1;
-/// The result (or error) is in the slot, waiting to be taken.
-const DONE: u8 = 2;
-/// The env failed; the error is in the slot, waiting to be taken.
-const FAILED: u8 = 3;
 
 /// In [`BatchRows::rows`]: the env's row of the `"next"` batch holds its
 /// current result.
@@ -56,13 +48,6 @@ struct Cell {
     /// doing (for a panic's message).
     runner: Runner,
     error: Option<ThreadError>,
-}
-
-/// Locks a mutex of the backend. A panic inside an env is caught while a
-/// cell's lock is held, so no mutex is poisoned by one; recover from any
-/// other cause.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Every env's latest result in its row of two batches of all envs
@@ -250,9 +235,9 @@ impl Inputs {
 struct Shared {
     /// Per env: its env, buffers and result.
     cells: Vec<Mutex<Cell>>,
-    /// Per env, side by side (a receiver reads many at once): `IDLE`,
-    /// `QUEUED`, `DONE` or `FAILED`.
-    phases: Vec<AtomicU8>,
+    /// Per env, side by side (a receiver reads many at once): where it
+    /// stands.
+    phases: Phases,
     /// Per env: when its last result was published (a generation):
     /// receivers that take fewer results than are ready take the oldest
     /// first.
@@ -271,26 +256,6 @@ struct Shared {
     /// (a moving average over chunks of steps, updated by whoever ran
     /// them): receivers help only while envs are quick.
     env_nanos: AtomicU64,
-}
-
-/// A receiver helps run queued envs only while they take less than this
-/// each (`Shared::env_nanos`): for envs that quick, handing a core back and
-/// forth with a worker costs more than the envs; for slower ones, a worker
-/// that shares the receiver's core could be left holding envs it cannot
-/// run while the receiver runs others (LatencyEnv at 50 us, 8 envs on 2
-/// threads: 1.77x a single thread with helping, 1.85x without).
-const HELP_MAX_ENV_TIME: Duration = Duration::from_micros(10);
-
-/// The result of one env, borrowed from its slot while it is taken.
-#[derive(Debug)]
-pub struct EnvOutput<'a> {
-    /// The operation that produced it.
-    pub op: Op,
-    /// For a step: the `"next"` entries.
-    pub next: &'a TensorDict,
-    /// For a reset: the reset root; for step-and-maybe-reset: the root of
-    /// the next step.
-    pub root: &'a TensorDict,
 }
 
 /// Envs stepped by worker threads. Each env lives in a slot; a send copies
@@ -358,7 +323,7 @@ impl ThreadBackend {
                 Err(payload) => {
                     return Err(ThreadError::BuildPanicked {
                         env: index,
-                        message: envs::panic_message(&*payload),
+                        message: pool_core::panic_message(&*payload),
                     })
                 }
             };
@@ -388,13 +353,13 @@ impl ThreadBackend {
             }
         }
         let receiver_spin = if workers >= cores {
-            std::time::Duration::from_micros(50)
+            RECEIVER_SPIN_NO_SPARE_CORE
         } else {
-            crate::signal::SPIN
+            RECEIVER_SPIN
         };
         let cells_len = cells.len();
         let shared = Arc::new(Shared {
-            phases: cells.iter().map(|_| AtomicU8::new(IDLE)).collect(),
+            phases: Phases::new(cells.len()),
             published: cells.iter().map(|_| AtomicU64::new(0)).collect(),
             cells,
             batch,
@@ -522,9 +487,7 @@ impl ThreadBackend {
                 });
             }
             let (word, bit) = (env / 64, 1u64 << (env % 64));
-            // Acquire: pairs with the Release of IDLE in `release`/`take`.
-            if addressed[word] & bit != 0 || self.shared.phases[env].load(Ordering::Acquire) != IDLE
-            {
+            if addressed[word] & bit != 0 || !self.shared.phases.is_idle(env) {
                 return Err(ThreadError::Busy { env });
             }
             addressed[word] |= bit;
@@ -553,10 +516,9 @@ impl ThreadBackend {
             }
         }
         for &(env, _) in jobs {
-            // Release: pairs with the worker's Acquire of the queue's lock
-            // (the job carries the input); nothing else of the env's is
-            // written by a send.
-            self.shared.phases[env].store(QUEUED, Ordering::Release);
+            // The job carries the input (the worker takes it under the
+            // queue's lock); nothing else of the env's is written by a send.
+            self.shared.phases.queue(env);
         }
         // The jobs go straight into the workers' queues.
         let shared_src = src.map(|src| Arc::new(src.clone()));
@@ -650,11 +612,7 @@ impl ThreadBackend {
     /// True if env `env`'s result (or error) is waiting to be taken.
     #[inline]
     pub fn is_done(&self, env: usize) -> bool {
-        // Acquire: pairs with the worker's Release store of DONE/FAILED.
-        matches!(
-            self.shared.phases[env].load(Ordering::Acquire),
-            DONE | FAILED
-        )
+        self.shared.phases.is_done(env)
     }
 
     /// When env `env`'s result was published (a generation; smaller is
@@ -667,7 +625,7 @@ impl ThreadBackend {
     /// True if env `env` failed and its error is waiting to be taken.
     #[inline]
     pub fn is_failed(&self, env: usize) -> bool {
-        self.shared.phases[env].load(Ordering::Acquire) == FAILED
+        self.shared.phases.is_failed(env)
     }
 
     /// The number of results published so far (moves on every result).
@@ -718,7 +676,7 @@ impl ThreadBackend {
     pub fn peek<R>(
         &self,
         env: usize,
-        read: impl FnOnce(EnvOutput<'_>) -> R,
+        read: impl FnOnce(Output<'_>) -> R,
     ) -> Result<R, ThreadError> {
         let mut cell = lock(&self.shared.cells[env]);
         // A deferred root here is in its batch row (the worker synced any
@@ -726,7 +684,7 @@ impl ThreadBackend {
         sync_root(env, &mut cell);
         match &cell.error {
             Some(err) => Err(err.clone()),
-            None => Ok(read(EnvOutput {
+            None => Ok(read(Output {
                 op: cell.op,
                 next: &cell.runner.next,
                 root: &cell.runner.root,
@@ -741,7 +699,7 @@ impl ThreadBackend {
     pub fn peek_many<R>(
         &self,
         envs: &[usize],
-        read: impl FnOnce(&[EnvOutput<'_>]) -> R,
+        read: impl FnOnce(&[Output<'_>]) -> R,
     ) -> Result<R, ThreadError> {
         let mut order: Vec<usize> = (0..envs.len()).collect();
         order.sort_by_key(|&j| envs[j]);
@@ -756,9 +714,9 @@ impl ThreadBackend {
         if let Some(err) = cells.iter().find_map(|cell| cell.error.clone()) {
             return Err(err);
         }
-        let outputs: Vec<EnvOutput<'_>> = cells
+        let outputs: Vec<Output<'_>> = cells
             .iter()
-            .map(|cell| EnvOutput {
+            .map(|cell| Output {
                 op: cell.op,
                 next: &cell.runner.next,
                 root: &cell.runner.root,
@@ -810,9 +768,7 @@ impl ThreadBackend {
     /// slot's buffers and clears any error.
     #[inline]
     pub fn release(&self, env: usize) {
-        // Release: pairs with the Acquire of the next send's check (through
-        // the facade's book lock) and the worker's Acquire of QUEUED.
-        self.shared.phases[env].store(IDLE, Ordering::Release);
+        self.shared.phases.release(env);
     }
 
     /// Takes env `env`'s result: calls `read` on it while the slot is
@@ -821,7 +777,7 @@ impl ThreadBackend {
     pub fn take<R>(
         &self,
         env: usize,
-        read: impl FnOnce(EnvOutput<'_>) -> R,
+        read: impl FnOnce(Output<'_>) -> R,
     ) -> Result<R, ThreadError> {
         let result = self.peek(env, read);
         self.release(env);
@@ -838,7 +794,7 @@ impl ThreadBackend {
         self.shared.queue.stop();
         // Receivers blocked on results return (and see the shutdown).
         self.shared.done.close();
-        let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|p| p.into_inner()));
+        let handles = std::mem::take(&mut *lock(&self.handles));
         let deadline = Instant::now() + SHUTDOWN_GRACE;
         for handle in handles {
             while !handle.is_finished() && Instant::now() < deadline {
@@ -930,11 +886,9 @@ fn run_chunk(shared: &Shared, chunk: &[Job]) {
     for (j, &Job { env, .. }) in chunk.iter().enumerate() {
         // Relaxed: read only after the Acquire of DONE below.
         shared.published[env].store(generation, Ordering::Relaxed);
-        // Release: the result written under the cell's lock (and into the
-        // batch rows) is visible to whoever sees DONE (pairs with the
-        // Acquire in `is_done`).
-        let phase = if failed & (1 << j) != 0 { FAILED } else { DONE };
-        shared.phases[env].store(phase, Ordering::Release);
+        // The result written under the cell's lock (and into the batch
+        // rows) is visible to whoever sees DONE.
+        shared.phases.publish(env, failed & (1 << j) != 0);
     }
     shared.done.notify_n(chunk.len() as u64);
 }
@@ -1011,7 +965,7 @@ fn run_cell(env: usize, cell: &mut Cell) -> bool {
     }));
     let error = match outcome {
         Ok(Ok(())) => None,
-        Ok(Err(envs::RunError { during, source })) => Some(ThreadError::Env {
+        Ok(Err(pool_core::RunError { during, source })) => Some(ThreadError::Env {
             env,
             name: cell.name.clone(),
             during,
@@ -1021,7 +975,7 @@ fn run_cell(env: usize, cell: &mut Cell) -> bool {
             env,
             name: cell.name.clone(),
             during: cell.runner.during,
-            message: envs::panic_message(&*payload),
+            message: pool_core::panic_message(&*payload),
         }),
     };
     let failed = error.is_some();

@@ -58,9 +58,8 @@ mod backend;
 mod error;
 mod options;
 mod queue;
-mod signal;
 
-pub use crate::backend::{EnvFactory, EnvOutput, Op, ThreadBackend, SHUTDOWN_GRACE};
-pub use crate::options::ThreadOptions;
-pub use envs::Rows;
+pub use crate::backend::{EnvFactory, Op, ThreadBackend, SHUTDOWN_GRACE};
 pub use crate::error::ThreadError;
+pub use crate::options::ThreadOptions;
+pub use pool_core::Rows;

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tensordict::TensorDict;
 
-use crate::signal::Signal;
 use crate::Op;
+use pool_core::Signal;
 
 /// One env's task: what to run and where its input is (the worker copies
 /// it into the env's input buffer, so that a send copies nothing).
