@@ -48,7 +48,9 @@ mod spawn;
 mod wire;
 mod worker;
 
-pub use crate::backend::{ProcBackend, Ticket};
+pub use crate::backend::ProcBackend;
+#[doc(hidden)]
+pub use crate::backend::Ticket;
 pub use crate::error::ProcError;
 pub use crate::options::{libtest_worker_args, ExchangeMode, ProcOptions};
 pub use crate::worker::{init, is_worker};

@@ -1,5 +1,13 @@
 //! `ThreadBackend`: envs owned by slots, stepped by a fixed set of worker
 //! threads that pull env indices from a queue.
+//!
+//! # Caller contract
+//! The methods that move commands and results (`send`, `is_done`, `wait`,
+//! `wait_for`, `help`, `peek`, `peek_many`, `gather`, `release`, `take`,
+//! `published`, ...) are how the `pool` facade drives this backend, under
+//! the facade's rules (a result is peeked only once done, released once
+//! taken, an env sent to by one caller at a time). They are hidden from
+//! these docs and are not a stable API: use `pool::AsyncEnvPool`.
 
 use std::num::NonZeroUsize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -471,6 +479,7 @@ impl ThreadBackend {
     /// env twice, or to an env past the last is an error naming it (and
     /// queues nothing). Sends to one env from several threads at once are
     /// the caller's to prevent (the facade's busy guard does).
+    #[doc(hidden)]
     pub fn send(
         &self,
         op: Op,
@@ -575,6 +584,7 @@ impl ThreadBackend {
     /// CartPoles on 2 cores: batches of ~33 us instead of ~52 under the
     /// tracer). It blocks for as long as the chunk's envs take, so a
     /// receiver helps only when it has to wait for every queued env anyway.
+    #[doc(hidden)]
     pub fn help(&self) -> bool {
         let quick =
             self.shared.env_nanos.load(Ordering::Relaxed) < HELP_MAX_ENV_TIME.as_nanos() as u64;
@@ -600,6 +610,7 @@ impl ThreadBackend {
 
     /// Wakes every thread waiting for results once (after results were taken
     /// by someone else, a waiter may have to give up).
+    #[doc(hidden)]
     pub fn wake_receivers(&self) {
         self.shared.done.wake_all();
     }
@@ -610,6 +621,7 @@ impl ThreadBackend {
     }
 
     /// True if env `env`'s result (or error) is waiting to be taken.
+    #[doc(hidden)]
     #[inline]
     pub fn is_done(&self, env: usize) -> bool {
         self.shared.phases.is_done(env)
@@ -617,24 +629,28 @@ impl ThreadBackend {
 
     /// When env `env`'s result was published (a generation; smaller is
     /// older). Meaningful once [`ThreadBackend::is_done`] is true.
+    #[doc(hidden)]
     #[inline]
     pub fn published(&self, env: usize) -> u64 {
         self.shared.published[env].load(Ordering::Relaxed)
     }
 
     /// True if env `env` failed and its error is waiting to be taken.
+    #[doc(hidden)]
     #[inline]
     pub fn is_failed(&self, env: usize) -> bool {
         self.shared.phases.is_failed(env)
     }
 
     /// The number of results published so far (moves on every result).
+    #[doc(hidden)]
     pub fn generation(&self) -> u64 {
         self.shared.done.generation()
     }
 
     /// Waits until a result is published after generation `seen`, or the
     /// deadline; returns the generation then. Spins briefly, then sleeps.
+    #[doc(hidden)]
     pub fn wait(&self, seen: u64, deadline: Option<Instant>) -> u64 {
         self.shared.done.wait(seen, deadline)
     }
@@ -642,6 +658,7 @@ impl ThreadBackend {
     /// The number of [`ThreadBackend::wake_receivers`] calls so far; read it
     /// (with [`ThreadBackend::generation`]) before looking at the state a
     /// wait depends on.
+    #[doc(hidden)]
     pub fn epoch(&self) -> u64 {
         self.shared.done.epoch()
     }
@@ -655,6 +672,7 @@ impl ThreadBackend {
     /// wait for this receive, across several calls) plus a short budget,
     /// then sleeps. When the workers are as many as the cores, the budget
     /// is short: a spinning caller would take a core from a worker.
+    #[doc(hidden)]
     pub fn wait_for(
         &self,
         target: u64,
@@ -673,6 +691,7 @@ impl ThreadBackend {
     /// the slot is locked; the result stays (a later `peek` or `take` sees it
     /// again). An env that failed gives its error (which stays too).
     /// The caller guarantees the env is done ([`ThreadBackend::is_done`]).
+    #[doc(hidden)]
     pub fn peek<R>(
         &self,
         env: usize,
@@ -696,6 +715,7 @@ impl ThreadBackend {
     /// ascending order) while `read` runs: what a batch gathers column by
     /// column. An env that failed gives its error. The caller guarantees the
     /// envs are done and distinct.
+    #[doc(hidden)]
     pub fn peek_many<R>(
         &self,
         envs: &[usize],
@@ -734,6 +754,7 @@ impl ThreadBackend {
     /// otherwise their rows gathered into new batches. `None` without batch
     /// rows, or if a result is not in its row (read it with
     /// [`ThreadBackend::peek_many`], which reports what is wrong with it).
+    #[doc(hidden)]
     pub fn gather(
         &self,
         op: Op,
@@ -766,6 +787,7 @@ impl ThreadBackend {
     /// Marks env `env` idle, dropping its result or error (after a
     /// [`ThreadBackend::peek`]). Takes no lock: the next send overwrites the
     /// slot's buffers and clears any error.
+    #[doc(hidden)]
     #[inline]
     pub fn release(&self, env: usize) {
         self.shared.phases.release(env);
@@ -774,6 +796,7 @@ impl ThreadBackend {
     /// Takes env `env`'s result: calls `read` on it while the slot is
     /// locked, then marks the env idle. An env that failed gives its error.
     /// The caller guarantees the env is done ([`ThreadBackend::is_done`]).
+    #[doc(hidden)]
     pub fn take<R>(
         &self,
         env: usize,
