@@ -52,6 +52,7 @@ impl Default for Signal {
 
 impl Signal {
     /// The number of events so far.
+    #[inline]
     pub fn generation(&self) -> u64 {
         // Acquire: pairs with the Release in `notify`, so the state that the
         // notifier published before counting is visible to whoever sees the
@@ -61,12 +62,14 @@ impl Signal {
 
     /// Counts an event and wakes the sleepers if one of them waits for this
     /// generation or an earlier one.
+    #[inline]
     pub fn notify(&self) {
         self.notify_n(1);
     }
 
     /// Counts `n` events at once (one atomic operation), waking the sleepers
     /// if one of them waits for the new generation or an earlier one.
+    #[inline]
     pub fn notify_n(&self, n: u64) {
         // SeqCst (with the SeqCst loads of `sleepers` and `wake_at` below,
         // and the SeqCst stores and load in `wait_for`): either the waiter
@@ -104,6 +107,7 @@ impl Signal {
     }
 
     /// True once [`Signal::close`] was called.
+    #[inline]
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
     }
@@ -118,6 +122,7 @@ impl Signal {
     /// The number of `wake_all` calls so far: read it before looking at the
     /// state a wait depends on, and pass it to [`Signal::wait_for`], so that
     /// a `wake_all` in between is not lost.
+    #[inline]
     pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::SeqCst)
     }
