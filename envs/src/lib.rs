@@ -45,7 +45,6 @@ mod latency;
 mod outputs;
 mod pendulum;
 mod registry;
-mod runner;
 
 pub use crate::cartpole::CartPole;
 pub use crate::check::check_env_specs;
@@ -57,4 +56,3 @@ pub use crate::kwargs::{KwValue, Kwargs, KwargsReader};
 pub use crate::latency::{LatencyConfig, LatencyEnv, Wait};
 pub use crate::pendulum::Pendulum;
 pub use crate::registry::{make, register, registered, Constructor, Registry};
-pub use crate::runner::{panic_message, Op, Rows, RunError, Runner};

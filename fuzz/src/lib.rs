@@ -304,7 +304,7 @@ pub fn seeds() -> Vec<Seed> {
     }
 
     // Slot schemas of CartPole's buffers and of the dict of values' tensors.
-    let runner = envs::Runner::new(&*cartpole);
+    let runner = pool_core::Runner::new(&*cartpole);
     for (name, td) in [
         ("cartpole-input", &runner.input),
         ("cartpole-next", &runner.next),

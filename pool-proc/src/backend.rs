@@ -13,46 +13,49 @@
 //!
 //! # Phases
 //! An env is `IDLE`, `QUEUED` (sent), `DONE` (a result waits in its cell)
-//! or `FAILED` (an error waits). `QUEUED` is left only under the cell's
-//! lock, by whoever sees the result or the failure first.
+//! or `FAILED` (an error waits): `pool_core::Phases`. `QUEUED` is left only
+//! under the cell's lock, by whoever sees the result or the failure first.
+//! A send and a worker's death meet in `pool_core::Liveness`.
+//!
+//! # Files
+//! `start.rs` is the start handshake, `reader.rs` the reader thread of
+//! each worker, `rows.rs` the batch rows of the shm exchange; this file
+//! holds the parent's state and the backend's methods.
+//!
+//! # Caller contract
+//! The methods that move commands and results (`send`, `is_done`,
+//! `ready_among`, `listen`, `wait`, `peek`, `peek_many`, `gather`,
+//! `release`, `published`, `record_batch`, ...) are how the `pool` facade
+//! drives this backend, under the facade's rules (a result is peeked only
+//! once done, released once taken, an env sent to by one caller at a
+//! time). They are hidden from these docs and are not a stable API: use
+//! `pool::AsyncEnvPool`.
 
 use std::ops::Range;
 use std::os::unix::net::UnixStream;
 use std::process::Child;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use envs::{EnvSpecs, Kwargs, Op, Rows};
-use exchange::{Bells, Exchange, ReadError, Schema};
+use envs::EnvSpecs;
+use exchange::{Bells, Exchange, ReadError};
+use pool_core::phase::{DONE, FAILED, QUEUED};
+use pool_core::spin::{spin_left, SHM_RECEIVER_SPIN};
+use pool_core::{lock, Liveness, Op, Output, Phases, Signal};
 use tensordict::{NestedKey, TensorDict};
 
-use crate::signal::Signal;
-use crate::spawn;
-use crate::wire::{write_frame, EnvEntry, FrameReader, FromWorker, ToWorker};
+use crate::wire::{write_frame, ToWorker};
 use crate::worker::command_word;
-use crate::{ExchangeMode, ProcError, ProcOptions};
+use crate::ProcError;
 use smallvec::SmallVec;
 
-/// How long a receiver of the shm exchange spins (yielding) on the bell
-/// before it sleeps: results of a batch come within tens of microseconds,
-/// and a sleeping receiver costs its workers a wake-up system call. The
-/// budget is per receive, not per ring: a receiver that spun through every
-/// ring of a long batch kept a core busy, and with 2 workers on 2 cores the
-/// scheduler then ran both workers' runners on the other core, one after
-/// the other (`perf sched`: LatencyEnv 8 envs, batches of 440 us instead of
-/// 220).
-const RECEIVER_SPIN: Duration = Duration::from_micros(200);
+mod reader;
+mod rows;
+mod start;
 
-/// No command in flight.
-const IDLE: u8 = 0;
-/// Sent; no result yet.
-const QUEUED: u8 = 1;
-/// The result is in the cell, waiting to be taken.
-const DONE: u8 = 2;
-/// The env (or its worker) failed; the error is in the cell.
-const FAILED: u8 = 3;
+use self::rows::{lock_rows, ShmRows, CELL_STALE};
 
 /// One env's buffers and latest result, in the parent.
 struct Cell {
@@ -69,8 +72,6 @@ struct Cell {
 }
 
 struct Slot {
-    /// `IDLE`, `QUEUED`, `DONE` or `FAILED`.
-    phase: AtomicU8,
     /// An order of arrival of results: receivers that take fewer results
     /// than are ready take the oldest. With shm, the time the worker
     /// published the result (ns of the monotonic clock, for the
@@ -81,17 +82,17 @@ struct Slot {
 
 impl Slot {
     fn lock(&self) -> MutexGuard<'_, Cell> {
-        // Nothing panics while a cell is held; recover from any other
-        // cause.
-        self.cell.lock().unwrap_or_else(|p| p.into_inner())
+        // Nothing panics while a cell is held.
+        lock(&self.cell)
     }
 }
 
 /// One worker process, as the parent sees it.
 struct Worker {
     envs: Range<usize>,
-    /// Cleared (SeqCst) once its socket ended; see `send` for the pairing.
-    alive: AtomicBool,
+    /// Whether its socket is still open: see `send` and
+    /// `Shared::worker_died` for the protocol.
+    life: Liveness,
     /// Its socket, for commands and stop (one frame per lock).
     writer: Mutex<UnixStream>,
     /// Taken by whoever reaps it.
@@ -101,40 +102,9 @@ struct Worker {
     death: Mutex<Option<String>>,
 }
 
-/// In [`ShmRows::stale`]: the env's cell lacks its latest result (which is
-/// in its rows).
-const CELL_STALE: u8 = 1;
-
-/// With [`Rows::Batch`] and the shm exchange: every env's
-/// latest result in its row of two batches of all envs, read there straight
-/// out of its slot (its cell is filled from the rows only when read one by
-/// one). Locked before any cell, never after one.
-struct ShmRows {
-    /// `[num_envs, ..]`: the step results (the slots' result area).
-    next: TensorDict,
-    /// `[num_envs, ..]`: the reset results and next roots (next area).
-    root: TensorDict,
-    /// Per env: `CELL_STALE` or 0.
-    stale: Vec<u8>,
-    /// The batches last gathered for a receive of some envs, reused by the
-    /// next gather of as many (see `TensorDict::gather_rows_reusing`).
-    gathered: [Option<TensorDict>; 2],
-}
-
-impl ShmRows {
-    /// Fills env `env`'s cell from its rows if they are newer.
-    fn sync_cell(&mut self, env: usize, cell: &mut Cell) {
-        if self.stale[env] & CELL_STALE == 0 {
-            return;
-        }
-        self.stale[env] = 0;
-        // Cannot fail: the rows and the cells have the slots' layouts.
-        let _ = self.next.read_row(env, &mut cell.next);
-        let _ = self.root.read_row(env, &mut cell.root);
-    }
-}
-
 struct Shared {
+    /// Per env: where it stands.
+    phases: Phases,
     slots: Vec<Slot>,
     /// Shm with batch rows: see [`ShmRows`].
     rows: Option<Mutex<ShmRows>>,
@@ -153,20 +123,8 @@ struct Shared {
 impl Worker {
     /// Its process, for whoever reaps it (once).
     fn take_child(&self) -> Option<Child> {
-        self.child.lock().unwrap_or_else(|p| p.into_inner()).take()
+        lock(&self.child).take()
     }
-}
-
-/// The result of one env, borrowed from its cell while it is taken.
-#[derive(Debug)]
-pub struct EnvOutput<'a> {
-    /// The operation that produced it.
-    pub op: Op,
-    /// For a step: the `"next"` entries.
-    pub next: &'a TensorDict,
-    /// For a reset: the reset root; for step-and-maybe-reset: the root of
-    /// the next step.
-    pub root: &'a TensorDict,
 }
 
 /// A receiver's view of the events so far, for [`ProcBackend::wait`].
@@ -206,42 +164,6 @@ impl std::fmt::Debug for ProcBackend {
     }
 }
 
-/// A worker being started: its process and socket.
-struct Starting {
-    child: Option<Child>,
-    pid: u32,
-    reader: FrameReader,
-    writer: UnixStream,
-    envs: Range<usize>,
-}
-
-/// What a worker said about one env it built.
-struct BuiltEnv {
-    name: String,
-    specs: EnvSpecs,
-    input: TensorDict,
-    next: TensorDict,
-    root: TensorDict,
-}
-
-/// What a successful start handshake gives: each env's report, the shm
-/// exchange (if chosen), and why auto chose the queue (if it did).
-struct Started {
-    built: Vec<BuiltEnv>,
-    shm: Option<(Exchange, Bells)>,
-    reason: Option<String>,
-}
-
-/// Kills and reaps workers that were being started.
-fn abandon(starting: &mut [Starting]) {
-    for s in starting {
-        if let Some(mut child) = s.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 /// How a worker ended, waiting up to `patience` for it to be reaped;
 /// `None` if it still runs then.
 fn exit_reason(child: &mut Child, patience: Duration) -> Option<String> {
@@ -257,311 +179,6 @@ fn exit_reason(child: &mut Child, patience: Duration) -> Option<String> {
 }
 
 impl ProcBackend {
-    /// Starts the workers (`options.envs_per_worker` envs each), has each
-    /// build its envs from the registry (`envs[i]`: name and keyword
-    /// arguments of env `i`), and sets up the exchange. Options are checked
-    /// before anything starts; a worker or env that fails to start is an
-    /// error naming it, and every worker already started is killed and
-    /// reaped. With [`Rows::Batch`] and the shm exchange, results are read
-    /// out of the slots straight into each env's row of two batches of all
-    /// envs (see [`ProcBackend::gather`]); an env's own result buffers are
-    /// filled from its rows only when read one by one.
-    pub fn start(
-        envs: Vec<(String, Kwargs)>,
-        options: &ProcOptions,
-        rows: Rows,
-    ) -> Result<ProcBackend, ProcError> {
-        let n = envs.len();
-        let per = options.envs_per_worker.get();
-        let workers = n.div_ceil(per);
-        let affinity = match &options.affinity {
-            Some(a) => Some(a.resolve(workers)?),
-            None => None,
-        };
-        let deadline = Instant::now() + options.start_timeout;
-        let program = match &options.program {
-            Some(program) => program.clone(),
-            None => spawn::program().map_err(|e| ProcError::Spawn {
-                worker: 0,
-                program: "the current executable".into(),
-                message: e.to_string(),
-            })?,
-        };
-        let mut starting: Vec<Starting> = Vec::with_capacity(workers);
-        let started = (|| -> Result<Started, ProcError> {
-            for w in 0..workers {
-                let range = w * per..((w + 1) * per).min(n);
-                let spawn_err = |e: std::io::Error| ProcError::Spawn {
-                    worker: w,
-                    program: program.display().to_string(),
-                    message: e.to_string(),
-                };
-                let (ours, theirs) = UnixStream::pair().map_err(spawn_err)?;
-                let writer = ours.try_clone().map_err(spawn_err)?;
-                let child =
-                    spawn::start_worker(&program, &options.worker_args, w, theirs, options.quiet)
-                        .map_err(spawn_err)?;
-                let pid = child.id();
-                starting.push(Starting {
-                    child: Some(child),
-                    pid,
-                    reader: FrameReader::new(ours),
-                    writer,
-                    envs: range.clone(),
-                });
-                let cpus = affinity.as_ref().map(|sets| sets[w].as_slice().len());
-                let hello = ToWorker::Hello {
-                    worker: w as u32,
-                    runners: runners(options, cpus, workers, range.len()) as u32,
-                    affinity: affinity
-                        .as_ref()
-                        .map(|sets| sets[w].as_slice().iter().map(|&c| c as u32).collect()),
-                    envs: range
-                        .clone()
-                        .map(|env| EnvEntry {
-                            env: env as u32,
-                            name: envs[env].0.clone(),
-                            kwargs: envs[env].1.to_bytes(),
-                        })
-                        .collect(),
-                };
-                let s = starting.last_mut().expect("just pushed");
-                write_frame(&s.writer, &hello.encode(), &[])
-                    .map_err(|e| start_error(s, w, format!("could not send its envs: {e}")))?;
-            }
-            let mut built = Vec::with_capacity(n);
-            for (w, s) in starting.iter_mut().enumerate() {
-                if let Some(sets) = &affinity {
-                    match expect(s, w, deadline)? {
-                        FromWorker::Pinned { cpus } => {
-                            let cpus: Vec<usize> = cpus.into_iter().map(|c| c as usize).collect();
-                            if cpus != sets[w].as_slice() {
-                                return Err(ProcError::Pin {
-                                    worker: w,
-                                    message: format!(
-                                        "asked for CPUs {:?}, runs on {cpus:?}",
-                                        sets[w].as_slice()
-                                    ),
-                                });
-                            }
-                        }
-                        FromWorker::PinFailed { message } => {
-                            return Err(ProcError::Pin { worker: w, message })
-                        }
-                        other => return Err(unexpected(w, &other)),
-                    }
-                }
-                for env in s.envs.clone() {
-                    match expect(s, w, deadline)? {
-                        FromWorker::Built {
-                            env: e,
-                            name,
-                            specs,
-                            input,
-                            next,
-                            root,
-                        } if e as usize == env => {
-                            let bad = |what: &str, reason: String| ProcError::Protocol {
-                                worker: w,
-                                reason: format!("env {env}'s {what}: {reason}"),
-                            };
-                            built.push(BuiltEnv {
-                                name,
-                                specs: EnvSpecs::from_bytes(&specs)
-                                    .map_err(|e| bad("specs", e.to_string()))?,
-                                input: tensordict::decode(&input)
-                                    .map_err(|e| bad("input buffer", e.to_string()))?,
-                                next: tensordict::decode(&next)
-                                    .map_err(|e| bad("result buffer", e.to_string()))?,
-                                root: tensordict::decode(&root)
-                                    .map_err(|e| bad("root buffer", e.to_string()))?,
-                            });
-                        }
-                        FromWorker::BuildFailed {
-                            env: e,
-                            message,
-                            panicked,
-                        } if e as usize == env => {
-                            return Err(ProcError::Build {
-                                env,
-                                name: envs[env].0.clone(),
-                                worker: w,
-                                message,
-                                panicked,
-                            })
-                        }
-                        other => return Err(unexpected(w, &other)),
-                    }
-                }
-            }
-            let (shm, reason) = choose_exchange(options.exchange, &built)?;
-            let shm = match shm {
-                Some((input, result, next)) => {
-                    let shm_err = |e: exchange::ExchangeError| ProcError::Shm {
-                        message: e.to_string(),
-                    };
-                    let exchange =
-                        Exchange::create("rlpool", input.clone(), result.clone(), next.clone(), n)
-                            .map_err(shm_err)?;
-                    let bells = Bells::create("rlpool-bells", workers).map_err(shm_err)?;
-                    let msg = ToWorker::UseShm {
-                        input: input.encode(),
-                        result: result.encode(),
-                        next: next.encode(),
-                    }
-                    .encode();
-                    for (w, s) in starting.iter_mut().enumerate() {
-                        write_frame(&s.writer, &msg, &[exchange.fd(), bells.fd()]).map_err(
-                            |e| start_error(s, w, format!("could not send the exchange: {e}")),
-                        )?;
-                    }
-                    Some((exchange, bells))
-                }
-                None => {
-                    let msg = ToWorker::UseQueue.encode();
-                    for (w, s) in starting.iter_mut().enumerate() {
-                        write_frame(&s.writer, &msg, &[]).map_err(|e| {
-                            start_error(s, w, format!("could not send the exchange: {e}"))
-                        })?;
-                    }
-                    None
-                }
-            };
-            for (w, s) in starting.iter_mut().enumerate() {
-                match expect(s, w, deadline)? {
-                    FromWorker::Started => {}
-                    other => return Err(unexpected(w, &other)),
-                }
-                let _ = s.reader.stream().set_read_timeout(None);
-            }
-            Ok(Started { built, shm, reason })
-        })();
-        let Started {
-            built,
-            shm,
-            reason: exchange_reason,
-        } = match started {
-            Ok(parts) => parts,
-            Err(err) => {
-                abandon(&mut starting);
-                return Err(err);
-            }
-        };
-        let mut slots = Vec::with_capacity(n);
-        let mut specs = Vec::with_capacity(n);
-        let mut names = Vec::with_capacity(n);
-        let mut templates = Vec::with_capacity(n);
-        for b in built {
-            specs.push(b.specs);
-            names.push(b.name);
-            templates.push((b.next.clone(), b.root.clone()));
-            slots.push(Slot {
-                phase: AtomicU8::new(IDLE),
-                published: AtomicU64::new(0),
-                cell: Mutex::new(Cell {
-                    op: Op::Reset,
-                    input: b.input,
-                    next: b.next,
-                    root: b.root,
-                    error: None,
-                    taken: 0,
-                }),
-            });
-        }
-        let mut worker_of = vec![0; n];
-        let mut readers_in = Vec::with_capacity(workers);
-        let mut worker_states = Vec::with_capacity(workers);
-        for (w, s) in starting.into_iter().enumerate() {
-            for env in s.envs.clone() {
-                worker_of[env] = w;
-            }
-            readers_in.push(s.reader);
-            worker_states.push(Worker {
-                envs: s.envs,
-                alive: AtomicBool::new(true),
-                writer: Mutex::new(s.writer),
-                child: Mutex::new(s.child),
-                pid: s.pid,
-                death: Mutex::new(None),
-            });
-        }
-        let (shm, bells) = match shm {
-            Some((exchange, bells)) => (Some(exchange), Some(bells)),
-            None => (None, None),
-        };
-        let batches = match &shm {
-            Some(exchange) if rows == Rows::Batch => exchange
-                .zeros_rows(exchange::Area::Result, n)
-                .and_then(|next| Ok((next, exchange.zeros_rows(exchange::Area::Next, n)?)))
-                .ok(),
-            _ => None,
-        };
-        let rows = match batches {
-            Some((next, root)) => {
-                let mut rows = ShmRows {
-                    next,
-                    root,
-                    stale: vec![0; n],
-                    gathered: [None, None],
-                };
-                // The rows start as the cells do (their keys not published
-                // keep these values).
-                let cells: Vec<MutexGuard<'_, Cell>> = slots.iter().map(Slot::lock).collect();
-                let nexts: Vec<&TensorDict> = cells.iter().map(|c| &c.next).collect();
-                let roots: Vec<&TensorDict> = cells.iter().map(|c| &c.root).collect();
-                let filled = rows
-                    .next
-                    .write_rows(&nexts)
-                    .and(rows.root.write_rows(&roots));
-                drop(cells);
-                filled.is_ok().then(|| Mutex::new(rows))
-            }
-            _ => None,
-        };
-        let shared = Arc::new(Shared {
-            rows,
-            slots,
-            workers: worker_states,
-            worker_of,
-            names,
-            signal: Signal::default(),
-            shm,
-            bells,
-            closing: AtomicBool::new(false),
-        });
-        let backend = ProcBackend {
-            shared: Arc::clone(&shared),
-            specs,
-            templates,
-            readers: Mutex::new(Vec::new()),
-            exchange_reason,
-            shutdown_timeout: options.shutdown_timeout,
-            shut_down: AtomicBool::new(false),
-        };
-        for (w, reader) in readers_in.into_iter().enumerate() {
-            let for_reader = Arc::clone(&shared);
-            let spawned = std::thread::Builder::new()
-                .name(format!("rlpool-reader-{w}"))
-                .spawn(move || reader_loop(&for_reader, w, reader));
-            match spawned {
-                Ok(handle) => backend
-                    .readers
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(handle),
-                Err(err) => {
-                    // Dropping the backend stops the workers started.
-                    return Err(ProcError::Spawn {
-                        worker: w,
-                        program: "a reader thread".into(),
-                        message: err.to_string(),
-                    });
-                }
-            }
-        }
-        Ok(backend)
-    }
-
     /// Number of envs.
     pub fn num_envs(&self) -> usize {
         self.shared.slots.len()
@@ -602,7 +219,7 @@ impl ProcBackend {
         self.shared.shm.is_some()
     }
 
-    /// Why [`ExchangeMode::Auto`] chose the queue (`None` if it chose shm or
+    /// Why [`ExchangeMode::Auto`](crate::ExchangeMode::Auto) chose the queue (`None` if it chose shm or
     /// the mode was not auto).
     pub fn exchange_reason(&self) -> Option<&str> {
         self.exchange_reason.as_deref()
@@ -630,6 +247,7 @@ impl ProcBackend {
     }
 
     /// Records a batch taken by a receive in the exchange's statistics.
+    #[doc(hidden)]
     pub fn record_batch(&self, envs: &[usize], max_get: Option<usize>, op: Op) {
         if let Some(shm) = &self.shared.shm {
             let taken: Vec<(usize, u64)> = envs
@@ -647,6 +265,7 @@ impl ProcBackend {
     /// when `row` is `None`). Every input is copied before anything is
     /// sent, so an invalid input sends nothing. An env of a dead worker
     /// fails at once (its receive reports it).
+    #[doc(hidden)]
     pub fn send(
         &self,
         op: Op,
@@ -659,10 +278,7 @@ impl ProcBackend {
             if env >= n {
                 return Err(ProcError::NoSuchEnv { env, num_envs: n });
             }
-            // Acquire: pairs with the Release of IDLE in `release`.
-            if std::mem::replace(&mut addressed[env], true)
-                || self.shared.slots[env].phase.load(Ordering::Acquire) != IDLE
-            {
+            if std::mem::replace(&mut addressed[env], true) || !self.shared.phases.is_idle(env) {
                 return Err(ProcError::Busy { env });
             }
         }
@@ -717,16 +333,17 @@ impl ProcBackend {
         for (&(env, row), &input) in jobs.iter().zip(&with_input) {
             let slot = &self.shared.slots[env];
             let worker = &self.shared.workers[self.shared.worker_of[env]];
+            let alive;
             let sent = {
                 let mut cell = slot.lock();
                 cell.op = op;
                 cell.error = None;
-                // SeqCst: ordered before the load of `alive` below (see
-                // `Shared::worker_died`).
-                slot.phase.store(QUEUED, Ordering::SeqCst);
+                // QUEUED, then whether the worker lives (`Liveness`): a
+                // worker that dies from now on fails the env in its scan.
+                alive = worker.life.queue(&self.shared.phases, env);
                 match &self.shared.shm {
                     // A dead worker takes no command: failed below.
-                    _ if !worker.alive.load(Ordering::SeqCst) => Ok(()),
+                    _ if !alive => Ok(()),
                     Some(shm) => {
                         let written = match (&input_rows, row) {
                             (Some(rows), Some(row)) if input => shm.write_input_row(env, rows, row),
@@ -749,7 +366,7 @@ impl ProcBackend {
                                 Vec::new()
                             },
                         };
-                        let stream = worker.writer.lock().unwrap_or_else(|p| p.into_inner());
+                        let stream = lock(&worker.writer);
                         // A socket that refuses the command belongs to a
                         // worker that is gone or going: its reader sees the
                         // end and fails the env with the reason (exit
@@ -764,8 +381,9 @@ impl ProcBackend {
                 Ok(()) => rung[self.shared.worker_of[env]] = true,
                 Err(err) => failed |= self.shared.fail(env, err),
             }
-            // SeqCst: pairs with the store in `Shared::worker_died`.
-            if !worker.alive.load(Ordering::SeqCst) {
+            // The worker was dead when the env was queued (or died since:
+            // then its scan fails the env too; failing is done once).
+            if !alive || !worker.life.is_alive() {
                 let err = self
                     .shared
                     .died_error(self.shared.worker_of[env], String::new());
@@ -785,6 +403,7 @@ impl ProcBackend {
     }
 
     /// Wakes every receiver (their `min_get` may be out of reach now).
+    #[doc(hidden)]
     pub fn wake_receivers(&self) {
         self.shared.wake();
     }
@@ -797,10 +416,9 @@ impl ProcBackend {
     /// Whether env `env`'s result (or failure) is ready to be taken. With
     /// the shm exchange, a result newly published in its slot is read here:
     /// into its rows with [`Rows::Batch`], else into its cell.
+    #[doc(hidden)]
     pub fn is_done(&self, env: usize) -> bool {
-        let slot = &self.shared.slots[env];
-        // Acquire: pairs with the Release of DONE / FAILED.
-        match slot.phase.load(Ordering::Acquire) {
+        match self.shared.phases.get(env) {
             DONE | FAILED => true,
             QUEUED if self.shared.rows.is_some() => {
                 let mut ready = Vec::new();
@@ -816,6 +434,7 @@ impl ProcBackend {
     /// ready to be taken, as [`ProcBackend::is_done`] for each; with batch
     /// rows, the results newly published are read into their rows in one
     /// pass (the batches' columns made writable once for all of them).
+    #[doc(hidden)]
     pub fn ready_among(&self, envs: impl Iterator<Item = usize>, ready: &mut Vec<usize>) {
         let (Some(rows), Some(shm)) = (&self.shared.rows, &self.shared.shm) else {
             ready.extend(envs.filter(|&env| self.is_done(env)));
@@ -825,11 +444,11 @@ impl ProcBackend {
         // A cheap look at each slot first: most polls find nothing new.
         let mut fresh: SmallVec<[usize; 64]> = SmallVec::new();
         for env in envs {
-            let slot = &self.shared.slots[env];
-            // Acquire: pairs with the Release of DONE / FAILED.
-            match slot.phase.load(Ordering::Acquire) {
+            match self.shared.phases.get(env) {
                 DONE | FAILED => ready.push(env),
-                QUEUED if shm.published_after(env, slot.lock().taken) => fresh.push(env),
+                QUEUED if shm.published_after(env, self.shared.slots[env].lock().taken) => {
+                    fresh.push(env)
+                }
                 _ => {}
             }
         }
@@ -867,17 +486,20 @@ impl ProcBackend {
     }
 
     /// When env `env`'s result arrived (an increasing order).
+    #[doc(hidden)]
     pub fn published(&self, env: usize) -> u64 {
         // Relaxed: read after `is_done`'s Acquire.
         self.shared.slots[env].published.load(Ordering::Relaxed)
     }
 
     /// Whether env `env` failed (its error waits to be taken).
+    #[doc(hidden)]
     pub fn is_failed(&self, env: usize) -> bool {
-        self.shared.slots[env].phase.load(Ordering::Acquire) == FAILED
+        self.shared.phases.is_failed(env)
     }
 
     /// A ticket for [`ProcBackend::wait`]: take it before checking results.
+    #[doc(hidden)]
     pub fn listen(&self) -> Ticket {
         Ticket {
             generation: self.shared.signal.generation(),
@@ -890,24 +512,27 @@ impl ProcBackend {
     /// caller spins on the bell until `waiting_since` (when it began to wait
     /// for this receive, across several calls) plus a short budget, then
     /// sleeps.
+    #[doc(hidden)]
     pub fn wait(&self, ticket: Ticket, deadline: Option<Instant>, waiting_since: Instant) {
         match &self.shared.shm {
             // Failures and wake-ups ring the bell too.
             Some(shm) => {
-                let spin = RECEIVER_SPIN.saturating_sub(waiting_since.elapsed());
+                let spin = spin_left(SHM_RECEIVER_SPIN, waiting_since);
                 shm.wait_bell_spinning(ticket.bell, deadline, spin);
             }
-            None => self.shared.signal.wait(ticket.generation, deadline),
+            // The queue sleeps at once (see `pool_core::spin`).
+            None => {
+                let signal = &self.shared.signal;
+                let target = ticket.generation.wrapping_add(1);
+                signal.wait_for(target, signal.epoch(), deadline, Duration::ZERO);
+            }
         }
     }
 
     /// Reads env `env`'s result in its cell (it must be done): the output,
     /// or the env's error.
-    pub fn peek<R>(
-        &self,
-        env: usize,
-        read: impl FnOnce(EnvOutput<'_>) -> R,
-    ) -> Result<R, ProcError> {
+    #[doc(hidden)]
+    pub fn peek<R>(&self, env: usize, read: impl FnOnce(Output<'_>) -> R) -> Result<R, ProcError> {
         let mut rows = self.shared.rows.as_ref().map(lock_rows);
         let mut cell = self.shared.slots[env].lock();
         if let Some(rows) = rows.as_mut() {
@@ -917,7 +542,7 @@ impl ProcBackend {
         if let Some(err) = &cell.error {
             return Err(err.clone());
         }
-        Ok(read(EnvOutput {
+        Ok(read(Output {
             op: cell.op,
             next: &cell.next,
             root: &cell.root,
@@ -925,10 +550,11 @@ impl ProcBackend {
     }
 
     /// Reads the results of several done envs at once (none failed).
+    #[doc(hidden)]
     pub fn peek_many<R>(
         &self,
         envs: &[usize],
-        read: impl FnOnce(&[EnvOutput<'_>]) -> R,
+        read: impl FnOnce(&[Output<'_>]) -> R,
     ) -> Result<R, ProcError> {
         let mut rows = self.shared.rows.as_ref().map(lock_rows);
         let cells: Vec<MutexGuard<'_, Cell>> = envs
@@ -945,9 +571,9 @@ impl ProcBackend {
         if let Some(err) = cells.iter().find_map(|c| c.error.clone()) {
             return Err(err);
         }
-        let outputs: Vec<EnvOutput<'_>> = cells
+        let outputs: Vec<Output<'_>> = cells
             .iter()
-            .map(|c| EnvOutput {
+            .map(|c| Output {
                 op: c.op,
                 next: &c.next,
                 root: &c.root,
@@ -964,39 +590,20 @@ impl ProcBackend {
     /// themselves (shared: the next results are written into a copy if the
     /// caller still holds them); otherwise their rows gathered into batches
     /// of their own. `None` without batch rows.
+    #[doc(hidden)]
     pub fn gather(
         &self,
         op: Op,
         envs: &[usize],
     ) -> Option<(Option<TensorDict>, Option<TensorDict>)> {
-        let mut rows = lock_rows(self.shared.rows.as_ref()?);
-        let ShmRows {
-            next,
-            root,
-            gathered: [next_cache, root_cache],
-            ..
-        } = &mut *rows;
-        let next = match op {
-            Op::Reset => None,
-            Op::Step | Op::StepAndMaybeReset => {
-                Some(next.gather_rows_reusing(envs, next_cache).ok()?)
-            }
-        };
-        let root = match op {
-            Op::Step => None,
-            Op::Reset | Op::StepAndMaybeReset => {
-                Some(root.gather_rows_reusing(envs, root_cache).ok()?)
-            }
-        };
-        Some((next, root))
+        lock_rows(self.shared.rows.as_ref()?).gather(op, envs)
     }
 
     /// Marks env `env`'s result taken: a send may address it again.
+    #[doc(hidden)]
     pub fn release(&self, env: usize) {
-        let slot = &self.shared.slots[env];
-        slot.lock().error = None;
-        // Release: pairs with the Acquire in `send`.
-        slot.phase.store(IDLE, Ordering::Release);
+        self.shared.slots[env].lock().error = None;
+        self.shared.phases.release(env);
     }
 
     /// Stops the workers: each is asked to stop, given the shutdown
@@ -1010,7 +617,7 @@ impl ProcBackend {
         shared.closing.store(true, Ordering::SeqCst);
         let stop = ToWorker::Stop.encode();
         for worker in &shared.workers {
-            let stream = worker.writer.lock().unwrap_or_else(|p| p.into_inner());
+            let stream = lock(&worker.writer);
             let _ = write_frame(&stream, &stop, &[]);
         }
         let deadline = Instant::now() + self.shutdown_timeout;
@@ -1025,10 +632,10 @@ impl ProcBackend {
             }
             // Ends the reader's wait even if some other process still
             // holds the worker's end.
-            let stream = worker.writer.lock().unwrap_or_else(|p| p.into_inner());
+            let stream = lock(&worker.writer);
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
-        let readers = std::mem::take(&mut *self.readers.lock().unwrap_or_else(|p| p.into_inner()));
+        let readers = std::mem::take(&mut *lock(&self.readers));
         for reader in readers {
             let _ = reader.join();
         }
@@ -1054,12 +661,7 @@ impl Shared {
     /// The error of an env of dead worker `w`.
     fn died_error(&self, w: usize, fallback: String) -> ProcError {
         let worker = &self.workers[w];
-        let reason = worker
-            .death
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .unwrap_or(fallback);
+        let reason = lock(&worker.death).clone().unwrap_or(fallback);
         ProcError::WorkerDied {
             worker: w,
             envs: worker.envs.clone().collect(),
@@ -1072,14 +674,15 @@ impl Shared {
     fn fail(&self, env: usize, err: ProcError) -> bool {
         let slot = &self.slots[env];
         let mut cell = slot.lock();
-        if slot.phase.load(Ordering::Acquire) != QUEUED {
+        if self.phases.get(env) != QUEUED {
             return false;
         }
         cell.error = Some(err);
+        // Relaxed: read after the Acquire of FAILED.
         slot.published
             .store(self.signal.generation(), Ordering::Relaxed);
-        // Release: the error is visible to whoever sees FAILED.
-        slot.phase.store(FAILED, Ordering::Release);
+        // The error is visible to whoever sees FAILED.
+        self.phases.publish(env, true);
         true
     }
 
@@ -1120,7 +723,7 @@ impl Shared {
     ) -> bool {
         let slot = &self.slots[env];
         let mut cell = slot.lock();
-        match slot.phase.load(Ordering::Acquire) {
+        match self.phases.get(env) {
             QUEUED => {}
             DONE | FAILED => return true,
             _ => return false,
@@ -1130,9 +733,8 @@ impl Shared {
                 cell.taken = read.clock;
                 // Relaxed: read after the Acquire of DONE.
                 slot.published.store(read.published_ns, Ordering::Relaxed);
-                // Release: the result read above is visible to whoever sees
-                // DONE.
-                slot.phase.store(DONE, Ordering::Release);
+                // The result read above is visible to whoever sees DONE.
+                self.phases.publish(env, false);
                 true
             }
             Ok(None) | Err(ReadError::Busy { .. }) => false,
@@ -1140,257 +742,9 @@ impl Shared {
                 cell.error = Some(ProcError::Shm {
                     message: format!("env {env}: {err}"),
                 });
-                slot.phase.store(FAILED, Ordering::Release);
+                self.phases.publish(env, true);
                 true
             }
         }
-    }
-
-    /// Queue: a result from worker `w` for env `env`.
-    fn deliver(&self, w: usize, env: usize, next: &[u8], root: &[u8]) -> Result<(), String> {
-        if !self.workers[w].envs.contains(&env) {
-            return Err(format!("a result for env {env}, not one of its envs"));
-        }
-        let decode = |bytes: &[u8], what: &str| {
-            tensordict::decode(bytes).map_err(|e| format!("env {env}'s {what}: {e}"))
-        };
-        let next = (!next.is_empty())
-            .then(|| decode(next, "result"))
-            .transpose()?;
-        let root = (!root.is_empty())
-            .then(|| decode(root, "root"))
-            .transpose()?;
-        let slot = &self.slots[env];
-        {
-            let mut cell = slot.lock();
-            if slot.phase.load(Ordering::Acquire) != QUEUED {
-                return Err(format!(
-                    "a result for env {env}, which has no command in flight"
-                ));
-            }
-            if let Some(next) = next {
-                cell.next = next;
-            }
-            if let Some(root) = root {
-                cell.root = root;
-            }
-            slot.published
-                .store(self.signal.generation(), Ordering::Relaxed);
-            // Release: the result is visible to whoever sees DONE.
-            slot.phase.store(DONE, Ordering::Release);
-        }
-        self.wake();
-        Ok(())
-    }
-
-    /// Worker `w` is gone (or must be): records why, kills and reaps it if
-    /// it still runs, fails its envs in flight, wakes receivers.
-    fn worker_died(&self, w: usize, reason: String) {
-        let worker = &self.workers[w];
-        let closing = self.closing.load(Ordering::SeqCst);
-        let mut reason = reason;
-        if !closing {
-            let child = worker.take_child();
-            if let Some(mut child) = child {
-                let patience = Duration::from_millis(20);
-                if let Some(status) = exit_reason(&mut child, patience) {
-                    reason = format!("{reason} ({status})");
-                } else {
-                    let _ = child.kill();
-                    // Its status all the same: a worker that was dying
-                    // (a slow abort on a loaded machine) says how.
-                    let status = child.wait().map_or_else(
-                        |err| format!("status unknown ({err})"),
-                        |status| status.to_string(),
-                    );
-                    reason =
-                        format!("{reason}; still running after {patience:?}, killed ({status})");
-                }
-            }
-        } else {
-            reason = "the pool shut down".into();
-        }
-        *worker.death.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
-        // SeqCst: pairs with the load in `send`: a send either sees the
-        // worker dead or has set QUEUED before the scan below looks.
-        worker.alive.store(false, Ordering::SeqCst);
-        for env in worker.envs.clone() {
-            let err = self.died_error(w, String::new());
-            self.fail(env, err);
-        }
-        self.wake();
-    }
-}
-
-/// Reads a worker's socket until it ends (see the module docs).
-fn reader_loop(shared: &Shared, w: usize, mut reader: FrameReader) {
-    let reason = loop {
-        let bytes = match reader.read() {
-            Ok(Some(bytes)) => bytes,
-            Ok(None) => break "its control socket closed".to_owned(),
-            Err(err) => break format!("its control socket failed: {err}"),
-        };
-        match FromWorker::decode(&bytes) {
-            Ok(FromWorker::Result { env, next, root }) => {
-                if let Err(reason) = shared.deliver(w, env as usize, &next, &root) {
-                    break format!("protocol error: {reason}");
-                }
-            }
-            Ok(FromWorker::Failed {
-                env,
-                during,
-                message,
-                panicked,
-            }) => {
-                let env = env as usize;
-                if !shared.workers[w].envs.contains(&env) {
-                    break format!("protocol error: a failure of env {env}, not one of its envs");
-                }
-                let name = shared.names[env].clone();
-                let err = if panicked {
-                    ProcError::Panicked {
-                        env,
-                        name,
-                        worker: w,
-                        during,
-                        message,
-                    }
-                } else {
-                    ProcError::Env {
-                        env,
-                        name,
-                        worker: w,
-                        during,
-                        message,
-                    }
-                };
-                if shared.fail(env, err) {
-                    shared.wake();
-                }
-            }
-            Ok(FromWorker::Fatal { message }) => break format!("it reported: {message}"),
-            Ok(other) => break format!("protocol error: unexpected message {other:?}"),
-            Err(reason) => break format!("protocol error: {reason}"),
-        }
-    };
-    shared.worker_died(w, reason);
-}
-
-/// The next message of a starting worker, by `deadline`.
-fn expect(s: &mut Starting, w: usize, deadline: Instant) -> Result<FromWorker, ProcError> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(start_error(
-            s,
-            w,
-            "no answer before the start deadline".into(),
-        ));
-    }
-    let _ = s.reader.stream().set_read_timeout(Some(left));
-    match s.reader.read() {
-        Ok(Some(bytes)) => FromWorker::decode(&bytes).map_err(|err| ProcError::Protocol {
-            worker: w,
-            reason: err.to_string(),
-        }),
-        Ok(None) => Err(start_error(s, w, "it exited".into())),
-        Err(err)
-            if matches!(
-                err.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) =>
-        {
-            Err(start_error(
-                s,
-                w,
-                "no answer before the start deadline".into(),
-            ))
-        }
-        Err(err) => Err(start_error(s, w, format!("its socket failed: {err}"))),
-    }
-}
-
-/// A start error for worker `w`, with its exit status if it exited.
-fn start_error(s: &mut Starting, w: usize, what: String) -> ProcError {
-    let status = s
-        .child
-        .as_mut()
-        .and_then(|c| exit_reason(c, Duration::from_millis(50)));
-    let reason = match status {
-        Some(status) => format!("{what} ({status})"),
-        None => what,
-    };
-    ProcError::Start {
-        worker: w,
-        envs: s.envs.clone().collect(),
-        reason,
-    }
-}
-
-fn lock_rows(rows: &Mutex<ShmRows>) -> MutexGuard<'_, ShmRows> {
-    // The rows are written only between a successful read's checks and
-    // its end; recover from any other cause.
-    rows.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn unexpected(w: usize, msg: &FromWorker) -> ProcError {
-    match msg {
-        FromWorker::Fatal { message } => ProcError::Protocol {
-            worker: w,
-            reason: message.clone(),
-        },
-        other => ProcError::Protocol {
-            worker: w,
-            reason: format!("unexpected message while starting: {other:?}"),
-        },
-    }
-}
-
-/// How many runner threads a worker gets: the option, or as many as the
-/// CPUs it may use (its affinity set, else this process's CPUs shared
-/// among the workers); at least one, at most one per env.
-fn runners(options: &ProcOptions, cpus: Option<usize>, workers: usize, envs: usize) -> usize {
-    let by_cpus = || match cpus {
-        Some(set) => set,
-        None => {
-            let available = crate::available_cpus().map_or(1, |c| c.len());
-            available / workers.max(1)
-        }
-    };
-    options
-        .threads_per_worker
-        .map_or_else(by_cpus, std::num::NonZeroUsize::get)
-        .clamp(1, envs.max(1))
-}
-
-/// The slots' schemas (input, result, next) if every env's buffers fit one
-/// layout, else why not.
-fn shm_schemas(built: &[BuiltEnv]) -> Result<(Schema, Schema, Schema), String> {
-    let schema = |pick: fn(&BuiltEnv) -> &TensorDict, what: &str| {
-        let templates: Vec<TensorDict> = built.iter().map(|b| pick(b).clone()).collect();
-        Schema::validate_envs(&templates).map_err(|e| format!("{what}: {e}"))
-    };
-    Ok((
-        schema(|b| &b.input, "inputs (action and state)")?,
-        schema(|b| &b.next, "step results")?,
-        schema(|b| &b.root, "roots")?,
-    ))
-}
-
-/// The exchange to use: the schemas for shm, or none (queue), with the
-/// reason auto chose the queue.
-#[allow(clippy::type_complexity)]
-fn choose_exchange(
-    mode: ExchangeMode,
-    built: &[BuiltEnv],
-) -> Result<(Option<(Schema, Schema, Schema)>, Option<String>), ProcError> {
-    match mode {
-        ExchangeMode::Queue => Ok((None, None)),
-        ExchangeMode::Shm => shm_schemas(built)
-            .map(|s| (Some(s), None))
-            .map_err(|reason| ProcError::ShmUnavailable { reason }),
-        ExchangeMode::Auto => match shm_schemas(built) {
-            Ok(s) => Ok((Some(s), None)),
-            Err(reason) => Ok((None, Some(reason))),
-        },
     }
 }

@@ -5,8 +5,9 @@
 use std::io;
 use std::os::unix::net::UnixStream;
 
-use envs::{Kwargs, Op, Runner};
+use envs::Kwargs;
 use exchange::Schema;
+use pool_core::{Op, Runner};
 use rustix::net::SendFlags;
 
 use crate::wire::{EnvEntry, FrameReader, FromWorker, ToWorker};

@@ -22,10 +22,11 @@
 //! API to use.
 //!
 //! What a worker runs per command: the env's `reset_into` / `step_into` on
-//! buffers built once ([`envs::Runner`]):
+//! buffers built once ([`pool_core::Runner`]):
 //!
 //! ```
-//! use envs::{Env, Kwargs, Op, Runner};
+//! use envs::{Env, Kwargs};
+//! use pool_core::{Op, Runner};
 //! use tensordict::Tensor;
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut env = envs::make("CountingEnv", &Kwargs::new().with("max_steps", 3))?;
@@ -44,14 +45,15 @@ mod fault;
 #[doc(hidden)]
 pub mod fuzzing;
 mod options;
-mod signal;
 mod spawn;
 mod wire;
 mod worker;
 
-pub use crate::backend::{EnvOutput, ProcBackend, Ticket};
+pub use crate::backend::ProcBackend;
+#[doc(hidden)]
+pub use crate::backend::Ticket;
 pub use crate::error::ProcError;
 pub use crate::options::{libtest_worker_args, ExchangeMode, ProcOptions};
 pub use crate::worker::{init, is_worker};
 pub use affinity::{available_cpus, current_cpus, Affinity, AffinityError, CpuList};
-pub use envs::Rows;
+pub use pool_core::{Op, Rows};

@@ -30,7 +30,7 @@ struct Request {
 fn spawner() -> io::Result<Sender<Request>> {
     static SPAWNER: OnceLock<Mutex<Sender<Request>>> = OnceLock::new();
     if let Some(tx) = SPAWNER.get() {
-        return Ok(tx.lock().unwrap_or_else(|p| p.into_inner()).clone());
+        return Ok(pool_core::lock(tx).clone());
     }
     let (tx, rx) = mpsc::channel::<Request>();
     let started = std::thread::Builder::new()
@@ -44,7 +44,7 @@ fn spawner() -> io::Result<Sender<Request>> {
     // Another thread may have won the race: its spawner serves both (this
     // one ends once `tx` is dropped).
     let tx = SPAWNER.get_or_init(|| Mutex::new(tx));
-    Ok(tx.lock().unwrap_or_else(|p| p.into_inner()).clone())
+    Ok(pool_core::lock(tx).clone())
 }
 
 /// The program a worker runs: this one.

@@ -28,12 +28,13 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use envs::{Env, Kwargs, Op, Runner};
+use envs::{Env, Kwargs};
 use exchange::{Bells, Exchange, Schema, FIRST_COMMAND};
+use pool_core::{lock, Op, Runner};
 use tensordict::TensorDict;
 
 use crate::fault::{take_fault, SocketFault};
@@ -89,7 +90,7 @@ pub fn is_worker() -> bool {
 type Writer = Arc<Mutex<UnixStream>>;
 
 fn send(writer: &Writer, msg: &FromWorker) -> io::Result<()> {
-    let stream = writer.lock().unwrap_or_else(|p| p.into_inner());
+    let stream = lock(writer);
     write_frame(&stream, &msg.encode(), &[])
 }
 
@@ -278,12 +279,6 @@ impl Work {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic inside an env is caught while its lock is held, so no lock is
-    // poisoned by one; recover from any other cause.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// How long runners may all be inside envs, with commands waiting, before
 /// the worker starts a spare runner: a long or stuck env step must not hold
 /// the commands behind it back for longer than about this.
@@ -356,7 +351,7 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
             match catch_unwind(AssertUnwindSafe(|| envs::make(&entry.name, &kwargs))) {
                 Ok(Ok(inner)) => Ok(inner),
                 Ok(Err(err)) => Err((err.to_string(), false)),
-                Err(payload) => Err((envs::panic_message(&*payload), true)),
+                Err(payload) => Err((pool_core::panic_message(&*payload), true)),
             }
         });
         match built {
@@ -599,7 +594,7 @@ fn run_commands(work: &Work) {
                     if q.is_empty() && !work.stop.load(Ordering::SeqCst) {
                         q = ready
                             .wait_timeout(q, STOP_POLL)
-                            .unwrap_or_else(|p| p.into_inner())
+                            .unwrap_or_else(PoisonError::into_inner)
                             .0;
                     }
                     q.pop_front()
@@ -684,7 +679,7 @@ fn run_op(h: &mut Hosted, op: Op, with_input: bool) -> Result<(), FromWorker> {
         Err(payload) => Err(FromWorker::Failed {
             env: h.env as u32,
             during: h.runner.during.into(),
-            message: envs::panic_message(&*payload),
+            message: pool_core::panic_message(&*payload),
             panicked: true,
         }),
     }

@@ -1,21 +1,30 @@
 //! `ThreadBackend`: envs owned by slots, stepped by a fixed set of worker
 //! threads that pull env indices from a queue.
+//!
+//! # Caller contract
+//! The methods that move commands and results (`send`, `is_done`, `wait`,
+//! `wait_for`, `help`, `peek`, `peek_many`, `gather`, `release`, `take`,
+//! `published`, ...) are how the `pool` facade drives this backend, under
+//! the facade's rules (a result is peeked only once done, released once
+//! taken, an env sent to by one caller at a time). They are hidden from
+//! these docs and are not a stable API: use `pool::AsyncEnvPool`.
 
 use std::num::NonZeroUsize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use envs::{Env, EnvError, EnvSpecs, Runner};
+use envs::{Env, EnvError, EnvSpecs};
+use pool_core::spin::{HELP_MAX_ENV_TIME, RECEIVER_SPIN, RECEIVER_SPIN_NO_SPARE_CORE};
+use pool_core::{lock, Output, Phases, Runner, Signal};
 use tensordict::TensorDict;
 
 use crate::queue::{Job, WorkQueue, HELP_CHUNK};
-use crate::signal::Signal;
 use crate::{Rows, ThreadError, ThreadOptions};
 
-pub use envs::Op;
+pub use pool_core::Op;
 
 /// Builds one env, in the thread that builds the backend.
 pub type EnvFactory = Box<dyn FnOnce() -> Result<Box<dyn Env>, EnvError> + Send>;
@@ -23,15 +32,6 @@ pub type EnvFactory = Box<dyn FnOnce() -> Result<Box<dyn Env>, EnvError> + Send>
 /// How long shutdown waits for the worker threads to finish the envs they
 /// are stepping before it leaves them behind.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
-
-/// No env work for this slot.
-const IDLE: u8 = 0;
-/// Queued or being stepped by a worker.
-const QUEUED: u8 = 1;
-/// The result (or error) is in the slot, waiting to be taken.
-const DONE: u8 = 2;
-/// The env failed; the error is in the slot, waiting to be taken.
-const FAILED: u8 = 3;
 
 /// In [`BatchRows::rows`]: the env's row of the `"next"` batch holds its
 /// current result.
@@ -51,13 +51,6 @@ struct Cell {
     /// doing (for a panic's message).
     runner: Runner,
     error: Option<ThreadError>,
-}
-
-/// Locks a mutex of the backend. A panic inside an env is caught while a
-/// cell's lock is held, so no mutex is poisoned by one; recover from any
-/// other cause.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Every env's latest result in its row of two batches of all envs
@@ -198,9 +191,9 @@ impl Inputs {
 struct Shared {
     /// Per env: its env, buffers and result.
     cells: Vec<Mutex<Cell>>,
-    /// Per env, side by side (a receiver reads many at once): `IDLE`,
-    /// `QUEUED`, `DONE` or `FAILED`.
-    phases: Vec<AtomicU8>,
+    /// Per env, side by side (a receiver reads many at once): where it
+    /// stands.
+    phases: Phases,
     /// Per env: when its last result was published (a generation):
     /// receivers that take fewer results than are ready take the oldest
     /// first.
@@ -219,26 +212,6 @@ struct Shared {
     /// average over runs of steps, updated by whoever ran them): receivers
     /// help only while envs are quick.
     env_nanos: AtomicU64,
-}
-
-/// A receiver helps run queued envs only while they take less than this
-/// each (`Shared::env_nanos`): for envs that quick, handing a core back and
-/// forth with a worker costs more than the envs; for slower ones, a worker
-/// that shares the receiver's core could be left holding envs it cannot
-/// run while the receiver runs others (LatencyEnv at 50 us, 8 envs on 2
-/// threads: 1.77x a single thread with helping, 1.85x without).
-const HELP_MAX_ENV_TIME: Duration = Duration::from_micros(10);
-
-/// The result of one env, borrowed from its slot while it is taken.
-#[derive(Debug)]
-pub struct EnvOutput<'a> {
-    /// The operation that produced it.
-    pub op: Op,
-    /// For a step: the `"next"` entries.
-    pub next: &'a TensorDict,
-    /// For a reset: the reset root; for step-and-maybe-reset: the root of
-    /// the next step.
-    pub root: &'a TensorDict,
 }
 
 /// Envs stepped by worker threads. Each env lives in a slot; a send copies
@@ -308,7 +281,7 @@ impl ThreadBackend {
                 Err(payload) => {
                     return Err(ThreadError::BuildPanicked {
                         env: index,
-                        message: envs::panic_message(&*payload),
+                        message: pool_core::panic_message(&*payload),
                     })
                 }
             };
@@ -338,13 +311,13 @@ impl ThreadBackend {
             }
         }
         let receiver_spin = if workers >= cores {
-            std::time::Duration::from_micros(50)
+            RECEIVER_SPIN_NO_SPARE_CORE
         } else {
-            crate::signal::SPIN
+            RECEIVER_SPIN
         };
         let cells_len = cells.len();
         let shared = Arc::new(Shared {
-            phases: cells.iter().map(|_| AtomicU8::new(IDLE)).collect(),
+            phases: Phases::new(cells.len()),
             published: cells.iter().map(|_| AtomicU64::new(0)).collect(),
             cells,
             batch,
@@ -456,6 +429,7 @@ impl ThreadBackend {
     /// env twice, or to an env past the last is an error naming it (and
     /// queues nothing). Sends to one env from several threads at once are
     /// the caller's to prevent (the facade's busy guard does).
+    #[doc(hidden)]
     pub fn send(
         &self,
         op: Op,
@@ -472,9 +446,7 @@ impl ThreadBackend {
                 });
             }
             let (word, bit) = (env / 64, 1u64 << (env % 64));
-            // Acquire: pairs with the Release of IDLE in `release`/`take`.
-            if addressed[word] & bit != 0 || self.shared.phases[env].load(Ordering::Acquire) != IDLE
-            {
+            if addressed[word] & bit != 0 || !self.shared.phases.is_idle(env) {
                 return Err(ThreadError::Busy { env });
             }
             addressed[word] |= bit;
@@ -503,10 +475,9 @@ impl ThreadBackend {
             }
         }
         for &(env, _) in jobs {
-            // Release: pairs with the worker's Acquire of the queue's lock
-            // (the job carries the input); nothing else of the env's is
-            // written by a send.
-            self.shared.phases[env].store(QUEUED, Ordering::Release);
+            // The job carries the input (the worker takes it under the
+            // queue's lock); nothing else of the env's is written by a send.
+            self.shared.phases.queue(env);
         }
         // The jobs go straight into the workers' queues.
         let shared_src = src.map(|src| Arc::new(src.clone()));
@@ -563,6 +534,7 @@ impl ThreadBackend {
     /// place instead, and the batch is done sooner (docs/performance.md has
     /// the `perf sched` figures). It blocks for as long as those envs take, so a
     /// receiver helps only when it has to wait for every queued env anyway.
+    #[doc(hidden)]
     pub fn help(&self) -> bool {
         let quick =
             self.shared.env_nanos.load(Ordering::Relaxed) < HELP_MAX_ENV_TIME.as_nanos() as u64;
@@ -587,6 +559,7 @@ impl ThreadBackend {
 
     /// Wakes every thread waiting for results once (after results were taken
     /// by someone else, a waiter may have to give up).
+    #[doc(hidden)]
     pub fn wake_receivers(&self) {
         self.shared.done.wake_all();
     }
@@ -597,35 +570,36 @@ impl ThreadBackend {
     }
 
     /// True if env `env`'s result (or error) is waiting to be taken.
+    #[doc(hidden)]
     #[inline]
     pub fn is_done(&self, env: usize) -> bool {
-        // Acquire: pairs with the worker's Release store of DONE/FAILED.
-        matches!(
-            self.shared.phases[env].load(Ordering::Acquire),
-            DONE | FAILED
-        )
+        self.shared.phases.is_done(env)
     }
 
     /// When env `env`'s result was published (a generation; smaller is
     /// older). Meaningful once [`ThreadBackend::is_done`] is true.
+    #[doc(hidden)]
     #[inline]
     pub fn published(&self, env: usize) -> u64 {
         self.shared.published[env].load(Ordering::Relaxed)
     }
 
     /// True if env `env` failed and its error is waiting to be taken.
+    #[doc(hidden)]
     #[inline]
     pub fn is_failed(&self, env: usize) -> bool {
-        self.shared.phases[env].load(Ordering::Acquire) == FAILED
+        self.shared.phases.is_failed(env)
     }
 
     /// The number of results published so far (moves on every result).
+    #[doc(hidden)]
     pub fn generation(&self) -> u64 {
         self.shared.done.generation()
     }
 
     /// Waits until a result is published after generation `seen`, or the
     /// deadline; returns the generation then. Spins briefly, then sleeps.
+    #[doc(hidden)]
     pub fn wait(&self, seen: u64, deadline: Option<Instant>) -> u64 {
         self.shared.done.wait(seen, deadline)
     }
@@ -633,6 +607,7 @@ impl ThreadBackend {
     /// The number of [`ThreadBackend::wake_receivers`] calls so far; read it
     /// (with [`ThreadBackend::generation`]) before looking at the state a
     /// wait depends on.
+    #[doc(hidden)]
     pub fn epoch(&self) -> u64 {
         self.shared.done.epoch()
     }
@@ -646,6 +621,7 @@ impl ThreadBackend {
     /// wait for this receive, across several calls) plus a short budget,
     /// then sleeps. When the workers are as many as the cores, the budget
     /// is short: a spinning caller would take a core from a worker.
+    #[doc(hidden)]
     pub fn wait_for(
         &self,
         target: u64,
@@ -664,10 +640,11 @@ impl ThreadBackend {
     /// the slot is locked; the result stays (a later `peek` or `take` sees it
     /// again). An env that failed gives its error (which stays too).
     /// The caller guarantees the env is done ([`ThreadBackend::is_done`]).
+    #[doc(hidden)]
     pub fn peek<R>(
         &self,
         env: usize,
-        read: impl FnOnce(EnvOutput<'_>) -> R,
+        read: impl FnOnce(Output<'_>) -> R,
     ) -> Result<R, ThreadError> {
         let mut cell = lock(&self.shared.cells[env]);
         // A deferred root here is in its batch row (the worker synced any
@@ -675,7 +652,7 @@ impl ThreadBackend {
         sync_root(env, &mut cell);
         match &cell.error {
             Some(err) => Err(err.clone()),
-            None => Ok(read(EnvOutput {
+            None => Ok(read(Output {
                 op: cell.op,
                 next: &cell.runner.next,
                 root: &cell.runner.root,
@@ -687,10 +664,11 @@ impl ThreadBackend {
     /// ascending order) while `read` runs: what a batch gathers column by
     /// column. An env that failed gives its error. The caller guarantees the
     /// envs are done and distinct.
+    #[doc(hidden)]
     pub fn peek_many<R>(
         &self,
         envs: &[usize],
-        read: impl FnOnce(&[EnvOutput<'_>]) -> R,
+        read: impl FnOnce(&[Output<'_>]) -> R,
     ) -> Result<R, ThreadError> {
         let mut order: Vec<usize> = (0..envs.len()).collect();
         order.sort_by_key(|&j| envs[j]);
@@ -705,9 +683,9 @@ impl ThreadBackend {
         if let Some(err) = cells.iter().find_map(|cell| cell.error.clone()) {
             return Err(err);
         }
-        let outputs: Vec<EnvOutput<'_>> = cells
+        let outputs: Vec<Output<'_>> = cells
             .iter()
-            .map(|cell| EnvOutput {
+            .map(|cell| Output {
                 op: cell.op,
                 next: &cell.runner.next,
                 root: &cell.runner.root,
@@ -725,6 +703,7 @@ impl ThreadBackend {
     /// otherwise their rows gathered into new batches. `None` without batch
     /// rows, or if a result is not in its row (read it with
     /// [`ThreadBackend::peek_many`], which reports what is wrong with it).
+    #[doc(hidden)]
     pub fn gather(
         &self,
         op: Op,
@@ -757,20 +736,20 @@ impl ThreadBackend {
     /// Marks env `env` idle, dropping its result or error (after a
     /// [`ThreadBackend::peek`]). Takes no lock: the next send overwrites the
     /// slot's buffers and clears any error.
+    #[doc(hidden)]
     #[inline]
     pub fn release(&self, env: usize) {
-        // Release: pairs with the Acquire of the next send's check (through
-        // the facade's book lock) and the worker's Acquire of QUEUED.
-        self.shared.phases[env].store(IDLE, Ordering::Release);
+        self.shared.phases.release(env);
     }
 
     /// Takes env `env`'s result: calls `read` on it while the slot is
     /// locked, then marks the env idle. An env that failed gives its error.
     /// The caller guarantees the env is done ([`ThreadBackend::is_done`]).
+    #[doc(hidden)]
     pub fn take<R>(
         &self,
         env: usize,
-        read: impl FnOnce(EnvOutput<'_>) -> R,
+        read: impl FnOnce(Output<'_>) -> R,
     ) -> Result<R, ThreadError> {
         let result = self.peek(env, read);
         self.release(env);
@@ -787,7 +766,7 @@ impl ThreadBackend {
         self.shared.queue.stop();
         // Receivers blocked on results return (and see the shutdown).
         self.shared.done.close();
-        let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|p| p.into_inner()));
+        let handles = std::mem::take(&mut *lock(&self.handles));
         let deadline = Instant::now() + SHUTDOWN_GRACE;
         for handle in handles {
             while !handle.is_finished() && Instant::now() < deadline {
@@ -934,11 +913,9 @@ fn run_job(shared: &Shared, job: &Job) {
     };
     // Relaxed: read only after the Acquire of DONE below.
     shared.published[env].store(shared.done.generation(), Ordering::Relaxed);
-    // Release: the result written under the cell's lock (and into the batch
-    // rows) is visible to whoever sees DONE (pairs with the Acquire in
-    // `is_done`).
-    let phase = if failed { FAILED } else { DONE };
-    shared.phases[env].store(phase, Ordering::Release);
+    // The result written under the cell's lock (and into the batch rows) is
+    // visible to whoever sees DONE.
+    shared.phases.publish(env, failed);
     // One count per result; a sleeping receiver is woken only once the
     // count it waits for is reached (`Signal::notify_n`).
     shared.done.notify();
@@ -1016,7 +993,7 @@ fn run_cell(env: usize, cell: &mut Cell) -> bool {
     }));
     let error = match outcome {
         Ok(Ok(())) => None,
-        Ok(Err(envs::RunError { during, source })) => Some(ThreadError::Env {
+        Ok(Err(pool_core::RunError { during, source })) => Some(ThreadError::Env {
             env,
             name: cell.name.clone(),
             during,
@@ -1026,7 +1003,7 @@ fn run_cell(env: usize, cell: &mut Cell) -> bool {
             env,
             name: cell.name.clone(),
             during: cell.runner.during,
-            message: envs::panic_message(&*payload),
+            message: pool_core::panic_message(&*payload),
         }),
     };
     let failed = error.is_some();

@@ -16,9 +16,12 @@
 //! (spinning briefly, then sleeping, always with an optional deadline) and
 //! takes them. Nothing is allocated per step for fixed-shape envs.
 //!
-//! This crate sits above `envs` and knows nothing of processes or shared
-//! memory. The pool's semantics (busy envs, targets, `min_get`, ordering,
-//! stacking) live in the `pool` facade, which drives this backend.
+//! This crate sits above `envs` and `pool-core` (what both backends
+//! share) and knows nothing of processes or shared memory. The pool's
+//! semantics (busy envs, targets, `min_get`, ordering, stacking) live in
+//! the `pool` facade, which drives this backend through its caller
+//! contract: the step-level methods used below, hidden from these docs and
+//! not a stable API (use `pool::AsyncEnvPool`).
 //!
 //! ```
 //! use envs::{Env, Kwargs};
@@ -59,9 +62,8 @@ mod backend;
 mod error;
 mod options;
 mod queue;
-mod signal;
 
-pub use crate::backend::{EnvFactory, EnvOutput, Op, ThreadBackend, SHUTDOWN_GRACE};
+pub use crate::backend::{EnvFactory, Op, ThreadBackend, SHUTDOWN_GRACE};
 pub use crate::error::ThreadError;
 pub use crate::options::ThreadOptions;
-pub use envs::Rows;
+pub use pool_core::Rows;

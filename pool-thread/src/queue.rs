@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tensordict::TensorDict;
 
-use crate::signal::Signal;
 use crate::Op;
+use pool_core::{lock, Signal};
 
 /// One env's task: what to run and where its input is (the worker copies
 /// it into the env's input buffer, so that a send copies nothing).
@@ -51,10 +51,6 @@ pub(crate) const MAX_STEAL: usize = 64;
 /// receive between calls (to see a failure, a shutdown, or that its batch
 /// is complete while others' envs, sent meanwhile, wait).
 pub(crate) const HELP_CHUNK: usize = 8;
-
-fn lock(queue: &Mutex<VecDeque<Job>>) -> MutexGuard<'_, VecDeque<Job>> {
-    queue.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 impl WorkQueue {
     /// Queues for `workers` workers (at least one) sharing `envs` envs.

@@ -4,7 +4,8 @@
 
 use std::time::Instant;
 
-use envs::{EnvSpecs, Op};
+use envs::EnvSpecs;
+use pool_core::{Op, Output};
 use pool_proc::ProcBackend;
 use pool_thread::ThreadBackend;
 use tensordict::TensorDict;
@@ -16,16 +17,6 @@ use crate::PoolError;
 pub(crate) enum Dispatch {
     Threads(ThreadBackend),
     Procs(ProcBackend),
-}
-
-/// One env's result, borrowed from its backend while it is read.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Output<'a> {
-    /// For a step: the `"next"` entries.
-    pub(crate) next: &'a TensorDict,
-    /// For a reset: the reset root; for step-and-maybe-reset: the root of
-    /// the next step.
-    pub(crate) root: &'a TensorDict,
 }
 
 /// What a receiver saw before checking results: a wait returns once
@@ -170,18 +161,8 @@ impl Dispatch {
         read: impl FnOnce(Output<'_>) -> R,
     ) -> Result<R, PoolError> {
         match self {
-            Dispatch::Threads(b) => Ok(b.peek(env, |o| {
-                read(Output {
-                    next: o.next,
-                    root: o.root,
-                })
-            })?),
-            Dispatch::Procs(b) => Ok(b.peek(env, |o| {
-                read(Output {
-                    next: o.next,
-                    root: o.root,
-                })
-            })?),
+            Dispatch::Threads(b) => Ok(b.peek(env, read)?),
+            Dispatch::Procs(b) => Ok(b.peek(env, read)?),
         }
     }
 
@@ -192,26 +173,8 @@ impl Dispatch {
         read: impl FnOnce(&[Output<'_>]) -> R,
     ) -> Result<R, PoolError> {
         match self {
-            Dispatch::Threads(b) => Ok(b.peek_many(envs, |outs| {
-                let outs: Vec<Output<'_>> = outs
-                    .iter()
-                    .map(|o| Output {
-                        next: o.next,
-                        root: o.root,
-                    })
-                    .collect();
-                read(&outs)
-            })?),
-            Dispatch::Procs(b) => Ok(b.peek_many(envs, |outs| {
-                let outs: Vec<Output<'_>> = outs
-                    .iter()
-                    .map(|o| Output {
-                        next: o.next,
-                        root: o.root,
-                    })
-                    .collect();
-                read(&outs)
-            })?),
+            Dispatch::Threads(b) => Ok(b.peek_many(envs, read)?),
+            Dispatch::Procs(b) => Ok(b.peek_many(envs, read)?),
         }
     }
 

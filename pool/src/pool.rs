@@ -79,7 +79,7 @@ impl AsyncEnvPool {
 
     fn book(&self) -> MutexGuard<'_, Book> {
         // The book is only changed by short, non-panicking sections.
-        self.book.lock().unwrap_or_else(|p| p.into_inner())
+        pool_core::lock(&self.book)
     }
 
     /// Number of envs.

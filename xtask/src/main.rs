@@ -2,7 +2,8 @@
 //!
 //! `cargo xtask test-all` runs every check we have: formatting, clippy with
 //! warnings denied, the whole test suite (unit, integration and doc tests)
-//! and the loom models of the exchange protocol (`cargo xtask loom`).
+//! and the loom models of the exchange and liveness protocols (`cargo xtask
+//! loom`).
 //! `cargo xtask bench` runs the benchmarks; `cargo xtask bench --anchors`
 //! measures rlpool side by side with EnvPool, PufferLib and Gymnasium (see
 //! `anchors.rs`); `cargo xtask perf-report` regenerates the table of current
@@ -35,7 +36,7 @@ commands:
              sync and async, N in {2, 8, 32, 64}, 0.5 s per measurement: needs
              python3 and PyPI; one venv per anchor under target/bench/venv
              (reused); writes target/bench/anchors.json and anchors.svg
-  loom       model-check the exchange protocol with loom (--cfg loom, release,
+  loom       model-check the exchange and liveness protocols with loom (--cfg loom, release,
              target/loom; LOOM_MAX_PREEMPTIONS=3 unless already set)
   soak       --minutes N: two process pools (queue and shm exchanges) driven at
              random for N minutes, every result checked, memory and descriptors
@@ -164,7 +165,8 @@ fn bench(extra: &[String]) -> Result<(), String> {
     step("cargo bench", bench)
 }
 
-/// Model-checks the exchange protocol (`exchange/tests/loom.rs`) with loom.
+/// Model-checks the exchange protocol (`exchange/tests/loom.rs`) and the
+/// backends' liveness protocol (`pool-core/tests/loom.rs`) with loom.
 ///
 /// `--cfg loom` changes every crate's build, so it gets its own target
 /// directory and leaves the normal build alone. The preemption bound keeps
@@ -183,14 +185,26 @@ fn loom() -> Result<(), String> {
     }
     rustflags.push_str("--cfg loom");
     let mut loom = cargo();
-    loom.args(["test", "-p", "exchange", "--test", "loom", "--release"])
-        .arg("--target-dir")
-        .arg(root().join("target").join("loom"))
-        .env("RUSTFLAGS", rustflags);
+    loom.args([
+        "test",
+        "-p",
+        "exchange",
+        "-p",
+        "pool-core",
+        "--test",
+        "loom",
+        "--release",
+    ])
+    .arg("--target-dir")
+    .arg(root().join("target").join("loom"))
+    .env("RUSTFLAGS", rustflags);
     if env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
         loom.env("LOOM_MAX_PREEMPTIONS", "3");
     }
-    step("loom models of the exchange protocol", loom)
+    step(
+        "loom models of the exchange protocol and the backends' liveness",
+        loom,
+    )
 }
 
 /// The flags that make a build a libFuzzer build with the stable compiler:

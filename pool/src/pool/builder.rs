@@ -2,7 +2,7 @@
 
 use std::sync::Mutex;
 
-use envs::Rows;
+use pool_core::Rows;
 use pool_proc::ProcBackend;
 use pool_thread::ThreadBackend;
 

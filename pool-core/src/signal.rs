@@ -1,32 +1,28 @@
 //! `Signal`: a generation counter that waiters sleep on, woken when it
-//! moves. Waiting spins briefly, then parks on a condition variable, always
-//! with an optional deadline.
+//! reaches their target. Waiting spins for a bounded time (the policy of
+//! [`spin`](crate::spin)), then sleeps on a condition variable, always with
+//! an optional deadline; `close` ends every wait for good, `wake_all` ends
+//! the current ones.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long a waiter spins before it sleeps. A sleeping thread takes tens of
-/// microseconds to wake on a loaded machine (more on a virtual one), so a
-/// worker that spins a little longer than the gap between two batches stays
-/// ready; the spin yields its core every other round, so spinners never
-/// starve a thread that has work (more threads than cores).
-pub(crate) const SPIN: Duration = Duration::from_micros(300);
+use crate::lock;
+use crate::spin::{Spin, RECEIVER_SPIN};
 
-/// Spin rounds between two yields of the core. A yield hands the core at
-/// once to a thread that has work on it (on 2 cores, a caller waiting for 2
-/// busy workers shares a core with one): yielding every 16th round instead
-/// (~5 us of pauses on this VM's EPYC) left 10 us per batch on the table
-/// (LatencyEnv 8 envs on 2 threads, `perf sched`: the caller took the core
-/// only at the worker's next yield; 220 -> 209 us fastest batch).
-const SPINS_PER_YIELD: u32 = 2;
-
-/// `spin_loop` hints per round that does not yield.
-const PAUSES: u32 = 3;
-
-/// A counter of events with a blocking wait for a given count.
+/// A counter of events with a blocking wait for a given count: what
+/// receivers sleep on until enough results were published.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// let signal = pool_core::Signal::default();
+/// let seen = signal.generation();
+/// signal.notify();
+/// assert_eq!(signal.wait(seen, Some(Instant::now() + Duration::from_secs(1))), seen + 1);
+/// ```
 #[derive(Debug)]
-pub(crate) struct Signal {
+pub struct Signal {
     generation: AtomicU64,
     /// The smallest generation a sleeper waits for (`u64::MAX`: none), so
     /// that a notifier wakes sleepers only when one of them can go on.
@@ -56,7 +52,8 @@ impl Default for Signal {
 
 impl Signal {
     /// The number of events so far.
-    pub(crate) fn generation(&self) -> u64 {
+    #[inline]
+    pub fn generation(&self) -> u64 {
         // Acquire: pairs with the Release in `notify`, so the state that the
         // notifier published before counting is visible to whoever sees the
         // new count.
@@ -65,13 +62,15 @@ impl Signal {
 
     /// Counts an event and wakes the sleepers if one of them waits for this
     /// generation or an earlier one.
-    pub(crate) fn notify(&self) {
+    #[inline]
+    pub fn notify(&self) {
         self.notify_n(1);
     }
 
     /// Counts `n` events at once (one atomic operation), waking the sleepers
     /// if one of them waits for the new generation or an earlier one.
-    pub(crate) fn notify_n(&self, n: u64) {
+    #[inline]
+    pub fn notify_n(&self, n: u64) {
         // SeqCst (with the SeqCst loads of `sleepers` and `wake_at` below,
         // and the SeqCst stores and load in `wait_for`): either the waiter
         // sees the new generation before sleeping, or we see its registration
@@ -79,7 +78,7 @@ impl Signal {
         let now = self.generation.fetch_add(n, Ordering::SeqCst) + n;
         if self.sleepers.load(Ordering::SeqCst) > 0 && now >= self.wake_at.load(Ordering::SeqCst) {
             // Taking the lock orders this wake-up after the waiter's check.
-            let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _guard = lock(&self.lock);
             // Every sleeper wakes and registers its target again.
             self.wake_at.store(u64::MAX, Ordering::SeqCst);
             self.condvar.notify_all();
@@ -88,47 +87,50 @@ impl Signal {
 
     /// Wakes every waiter, now and from now on: waits return at once (for a
     /// shutdown). Idempotent.
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         // SeqCst: pairs with the SeqCst loads in `wait_for` (as `notify`).
         self.closed.store(true, Ordering::SeqCst);
         self.generation.fetch_add(1, Ordering::SeqCst);
-        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _guard = lock(&self.lock);
         self.condvar.notify_all();
     }
 
     /// Wakes every waiter once, whatever it waits for (the state it waits on
     /// changed in another way). Cheap when nobody sleeps.
-    pub(crate) fn wake_all(&self) {
+    pub fn wake_all(&self) {
         // SeqCst: pairs with the SeqCst loads in `wait_for` (as `notify`).
         self.epoch.fetch_add(1, Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) > 0 {
-            let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _guard = lock(&self.lock);
             self.condvar.notify_all();
         }
     }
 
     /// True once [`Signal::close`] was called.
-    pub(crate) fn is_closed(&self) -> bool {
+    #[inline]
+    pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
     }
 
-    /// Waits until the generation differs from `seen` or `deadline` passes;
-    /// returns the generation then. Spins briefly before sleeping.
-    pub(crate) fn wait(&self, seen: u64, deadline: Option<Instant>) -> u64 {
-        self.wait_for(seen.wrapping_add(1), self.epoch(), deadline, SPIN)
+    /// Waits until the generation differs from `seen`, the signal is
+    /// closed, or `deadline` passes; returns the generation then. Spins up
+    /// to [`RECEIVER_SPIN`] before sleeping.
+    pub fn wait(&self, seen: u64, deadline: Option<Instant>) -> u64 {
+        self.wait_for(seen.wrapping_add(1), self.epoch(), deadline, RECEIVER_SPIN)
     }
 
     /// The number of `wake_all` calls so far: read it before looking at the
     /// state a wait depends on, and pass it to [`Signal::wait_for`], so that
     /// a `wake_all` in between is not lost.
-    pub(crate) fn epoch(&self) -> u64 {
+    #[inline]
+    pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::SeqCst)
     }
 
     /// Waits until the generation reaches `target`, a `wake_all` moves the
     /// epoch past `epoch`, the signal is closed, or `deadline` passes;
     /// returns the generation then. Spins up to `spin` before sleeping.
-    pub(crate) fn wait_for(
+    pub fn wait_for(
         &self,
         target: u64,
         epoch: u64,
@@ -143,7 +145,7 @@ impl Signal {
         // Spin for a short, bounded time (yielding every other round), then
         // sleep.
         let spin_until = Instant::now() + spin;
-        let mut spins = 0u32;
+        let mut spinning = Spin::new();
         loop {
             let now = self.generation();
             if reached(now) {
@@ -152,17 +154,10 @@ impl Signal {
             if deadline.is_some_and(|d| Instant::now() >= d) || Instant::now() >= spin_until {
                 break;
             }
-            spins += 1;
-            if spins % SPINS_PER_YIELD == 0 {
-                std::thread::yield_now();
-            } else {
-                for _ in 0..PAUSES {
-                    std::hint::spin_loop();
-                }
-            }
+            spinning.round();
         }
 
-        let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = lock(&self.lock);
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         loop {
             // Registered under the lock, before the check: a notifier that
@@ -212,5 +207,27 @@ mod tests {
         };
         assert_eq!(signal.wait(seen, None), seen + 1);
         notifier.join().unwrap();
+    }
+
+    /// A closed signal ends every wait at once, now and from then on, and
+    /// `wake_all` ends a wait whose epoch it moved.
+    #[test]
+    fn close_and_wake_all_end_waits() {
+        let signal = Arc::new(Signal::default());
+        let (seen, epoch) = (signal.generation(), signal.epoch());
+        let waker = {
+            let signal = Arc::clone(&signal);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(10));
+                signal.wake_all();
+            })
+        };
+        assert_eq!(signal.wait_for(seen + 1, epoch, None, Duration::ZERO), seen);
+        waker.join().unwrap();
+        assert!(!signal.is_closed());
+        signal.close();
+        assert!(signal.is_closed());
+        let now = signal.generation();
+        assert_eq!(signal.wait(now, None), now);
     }
 }

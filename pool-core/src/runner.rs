@@ -1,53 +1,19 @@
 //! `Runner`: an env's reusable buffers (input, step result, next root) and
 //! the one call of the env that a pool's worker makes per command ([`Op`]),
-//! shared by every backend so that they step envs the same way.
+//! shared by every backend so that they step envs the same way; with
+//! [`RunError`] and [`panic_message`] for what a run can end in.
 
+use envs::{Env, EnvError};
 use tensordict::{Entry, TensorDict};
 
-use crate::{Env, EnvError};
-
-/// One of the three calls a pool makes on an env.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Op {
-    /// `reset`: the result is the reset root.
-    Reset,
-    /// `step`: the result is the step's `"next"` entries.
-    Step,
-    /// `step`, then `reset` where done: the result is the step's `"next"`
-    /// entries and the root of the next step.
-    StepAndMaybeReset,
-}
-
-/// Where a pool's backend leaves each env's result for the caller: what
-/// the pool chooses for its stack mode, not an option of its user.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Rows {
-    /// In the env's own buffers only.
-    #[default]
-    PerEnv,
-    /// Also in the env's row of a batch of all envs (EnvPool's state
-    /// buffer), when every env's results have one layout, so that a
-    /// receive of many results copies nothing more: what a dense stack
-    /// wants.
-    Batch,
-}
-
-impl Op {
-    /// `"reset"`, `"step"` or `"step_and_maybe_reset"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Reset => "reset",
-            Op::Step => "step",
-            Op::StepAndMaybeReset => "step_and_maybe_reset",
-        }
-    }
-}
+use crate::Op;
 
 /// An env's buffers, built once from its specs and reused by every call:
 /// what a worker (thread or process) keeps beside each env.
 ///
 /// ```
-/// use envs::{CountingEnv, Env, Op, Runner};
+/// use envs::{CountingEnv, Env};
+/// use pool_core::{Op, Runner};
 /// use tensordict::Tensor;
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let mut env = CountingEnv::new(0, 1);
@@ -241,7 +207,7 @@ mod tests {
     use tensordict::Tensor;
 
     use super::*;
-    use crate::CountingEnv;
+    use envs::CountingEnv;
 
     fn observation(td: &TensorDict) -> Vec<i32> {
         td.tensor("observation").unwrap().to_vec::<i32>().unwrap()

@@ -1,0 +1,141 @@
+//! `Phases`: where each env of a pool stands (idle, queued, done, failed),
+//! one atomic per env, side by side so that a receiver reads many in a few
+//! cache lines.
+//!
+//! # Memory ordering
+//! A phase publishes what its writer wrote before it: every store of a
+//! phase is `Release` and every load that acts on one is `Acquire`, so
+//! whoever sees `DONE` sees the result written before it, and whoever sees
+//! `IDLE` sees the result taken. The order between a send's `QUEUED` and
+//! its worker's liveness is [`Liveness`](crate::Liveness)'s.
+
+use crate::primitive::sync::atomic::{AtomicU8, Ordering};
+
+/// No command in flight: a send may address the env.
+pub const IDLE: u8 = 0;
+/// Sent: queued for, or being run by, its worker; no result yet.
+pub const QUEUED: u8 = 1;
+/// Its result waits to be taken.
+pub const DONE: u8 = 2;
+/// It failed (or its worker did); its error waits to be taken.
+pub const FAILED: u8 = 3;
+
+/// The phase of every env of a pool: [`IDLE`], [`QUEUED`], [`DONE`] or
+/// [`FAILED`]. A send moves an env from `IDLE` to `QUEUED`; whoever sees
+/// its result (or failure) first moves it to `DONE` (or `FAILED`); the
+/// receiver that took the result moves it back to `IDLE`.
+pub struct Phases {
+    phases: Box<[AtomicU8]>,
+}
+
+impl std::fmt::Debug for Phases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries((0..self.len()).map(|env| self.get(env)))
+            .finish()
+    }
+}
+
+impl Phases {
+    /// `envs` envs, all [`IDLE`].
+    pub fn new(envs: usize) -> Phases {
+        Phases {
+            phases: (0..envs).map(|_| AtomicU8::new(IDLE)).collect(),
+        }
+    }
+
+    /// The number of envs.
+    pub fn len(&self) -> usize {
+        self.phases.len()
+    }
+
+    /// Whether there are no envs.
+    pub fn is_empty(&self) -> bool {
+        self.phases.is_empty()
+    }
+
+    /// Env `env`'s phase.
+    ///
+    /// # Panics
+    /// If `env` is not below [`Phases::len`] (as every method that takes
+    /// an env).
+    #[inline]
+    pub fn get(&self, env: usize) -> u8 {
+        // Acquire: pairs with the Release store that set this phase.
+        self.phases[env].load(Ordering::Acquire)
+    }
+
+    /// Whether env `env`'s result or error waits to be taken.
+    #[inline]
+    pub fn is_done(&self, env: usize) -> bool {
+        matches!(self.get(env), DONE | FAILED)
+    }
+
+    /// Whether env `env` failed and its error waits to be taken.
+    #[inline]
+    pub fn is_failed(&self, env: usize) -> bool {
+        self.get(env) == FAILED
+    }
+
+    /// Whether env `env` has no command in flight.
+    #[inline]
+    pub fn is_idle(&self, env: usize) -> bool {
+        self.get(env) == IDLE
+    }
+
+    /// Marks env `env` sent. A backend whose workers can die marks it
+    /// through [`Liveness::queue`](crate::Liveness::queue) instead.
+    #[inline]
+    pub fn queue(&self, env: usize) {
+        // Release: pairs with the Acquire of whoever acts on QUEUED (the
+        // worker that runs the env, the reader that fails it).
+        self.phases[env].store(QUEUED, Ordering::Release);
+    }
+
+    /// Publishes env `env`'s result ([`DONE`]) or error ([`FAILED`]),
+    /// written before this call.
+    #[inline]
+    pub fn publish(&self, env: usize, failed: bool) {
+        let phase = if failed { FAILED } else { DONE };
+        // Release: pairs with the Acquire in `get` (`is_done`): the result
+        // or error is visible to whoever sees the phase.
+        self.phases[env].store(phase, Ordering::Release);
+    }
+
+    /// Marks env `env` idle once its result was taken.
+    #[inline]
+    pub fn release(&self, env: usize) {
+        // Release: pairs with the Acquire of the next send's check
+        // (`is_idle`): the taking of the result comes before the next
+        // command.
+        self.phases[env].store(IDLE, Ordering::Release);
+    }
+
+    /// Env `env`'s atomic, for the liveness protocol.
+    pub(crate) fn atomic(&self, env: usize) -> &AtomicU8 {
+        &self.phases[env]
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// An env goes round IDLE, QUEUED, DONE or FAILED, IDLE.
+    #[test]
+    fn an_env_goes_round_its_phases() {
+        let phases = Phases::new(2);
+        assert_eq!((phases.len(), phases.is_empty()), (2, false));
+        assert!(phases.is_idle(0) && phases.is_idle(1));
+        phases.queue(0);
+        assert_eq!(phases.get(0), QUEUED);
+        assert!(!phases.is_done(0) && !phases.is_idle(0));
+        phases.publish(0, false);
+        assert!(phases.is_done(0) && !phases.is_failed(0));
+        phases.release(0);
+        phases.queue(1);
+        phases.publish(1, true);
+        assert!(phases.is_done(1) && phases.is_failed(1));
+        assert_eq!(format!("{phases:?}"), "[0, 3]");
+    }
+}

@@ -1,0 +1,98 @@
+//! The spin-then-sleep policy of every wait in a pool, in one place: how
+//! long each kind of waiter spins, how it spins, and when a receiver runs
+//! envs itself instead. `pool-core/README.md` explains the choices.
+
+use std::time::{Duration, Instant};
+
+/// How long a receiver of the threading backend spins before it sleeps
+/// when the workers leave a core free (and the default of
+/// [`Signal::wait`](crate::Signal::wait)). Chosen against the cost of
+/// waking a sleeping thread on a loaded (or virtual) machine: a receiver
+/// that spins a little longer than the gap between two results stays
+/// ready without that wake-up.
+pub const RECEIVER_SPIN: Duration = Duration::from_micros(300);
+
+/// How long a receiver of the threading backend spins when the workers
+/// are as many as the cores: every core it spins on is taken from a
+/// worker, so it sleeps soon.
+pub const RECEIVER_SPIN_NO_SPARE_CORE: Duration = Duration::from_micros(50);
+
+/// How long a receiver of the process backend's shared-memory exchange
+/// spins on the exchange's bell before it sleeps. The budget is per
+/// receive, not per ring: a receiver that spun through every ring of a
+/// long batch kept a core busy, and the scheduler then ran the workers'
+/// runners one after the other on the other cores.
+pub const SHM_RECEIVER_SPIN: Duration = Duration::from_micros(200);
+
+/// Spin rounds between two yields of the core: a yield hands the core at
+/// once to a thread that has work on it (a waiter that shares a core with
+/// a busy worker), so spinners never starve a thread with work. Every
+/// other round: a rarer yield left the worker's core to the spinner until
+/// the worker's own next yield.
+pub const SPINS_PER_YIELD: u32 = 2;
+
+/// `spin_loop` hints in a round that does not yield.
+pub const PAUSES: u32 = 3;
+
+/// A receiver of the threading backend runs queued envs itself
+/// (`ThreadBackend::help`) only while env steps take less than this on
+/// average: for envs that quick, handing a core back and forth with a
+/// worker costs more than the envs; for slower ones, a worker that shares
+/// the receiver's core could be left holding envs it cannot run while the
+/// receiver runs others.
+pub const HELP_MAX_ENV_TIME: Duration = Duration::from_micros(10);
+
+/// What is left of a receive's spin `budget` when it began to wait at
+/// `waiting_since` (a receive waits several times; the budget counts from
+/// its start, not from each wait).
+#[inline]
+pub fn spin_left(budget: Duration, waiting_since: Instant) -> Duration {
+    budget.saturating_sub(waiting_since.elapsed())
+}
+
+/// The rounds of one spinning wait: [`Spin::round`] pauses for
+/// [`PAUSES`] hints, or yields the core every [`SPINS_PER_YIELD`]-th
+/// round.
+#[derive(Debug, Default)]
+pub struct Spin {
+    rounds: u32,
+}
+
+impl Spin {
+    /// A wait that has not spun yet.
+    pub fn new() -> Spin {
+        Spin { rounds: 0 }
+    }
+
+    /// One round of spinning.
+    #[inline]
+    pub fn round(&mut self) {
+        self.rounds = self.rounds.wrapping_add(1);
+        if self.rounds % SPINS_PER_YIELD == 0 {
+            std::thread::yield_now();
+        } else {
+            for _ in 0..PAUSES {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The budget left shrinks from the start of the receive, to zero.
+    #[test]
+    fn the_budget_counts_from_the_start_of_the_receive() {
+        let now = Instant::now();
+        assert!(spin_left(RECEIVER_SPIN, now) <= RECEIVER_SPIN);
+        let long_ago = now - Duration::from_secs(1);
+        assert_eq!(spin_left(RECEIVER_SPIN, long_ago), Duration::ZERO);
+        let mut spin = Spin::new();
+        for _ in 0..4 {
+            spin.round();
+        }
+        assert_eq!(spin.rounds, 4);
+    }
+}

@@ -1,0 +1,93 @@
+//! Loom models of the protocols both backends share: a command is never
+//! left waiting for a dead worker (`Liveness` with `Phases`).
+//!
+//! Run with `cargo xtask loom` (`RUSTFLAGS="--cfg loom"`, release mode,
+//! `LOOM_MAX_PREEMPTIONS=3`). Under `cfg(loom)` the atomics of
+//! `pool_core::phase` and `pool_core::liveness` are loom's.
+#![cfg(loom)]
+
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+
+use pool_core::phase::{FAILED, QUEUED};
+use pool_core::{Liveness, Phases};
+
+/// Fails env `env` if its command is still in flight, under its cell's
+/// lock, as the process backend's `Shared::fail` does: whichever of the
+/// sender and the dying reader finds it `QUEUED` first fails it.
+fn fail(phases: &Phases, cell: &Mutex<u32>, env: usize) {
+    let mut failures = cell.lock().unwrap();
+    if phases.get(env) == QUEUED {
+        *failures += 1;
+        phases.publish(env, true);
+    }
+}
+
+/// A send to env 0 of a worker whose reader sees its socket end at the
+/// same time: whatever the interleaving, env 0 ends `FAILED` (never
+/// `QUEUED`, waiting for a worker that is gone), failed once; env 1, never
+/// sent to, is left alone.
+#[test]
+fn a_command_is_never_left_waiting_for_a_dead_worker() {
+    loom::model(|| {
+        let phases = Arc::new(Phases::new(2));
+        let life = Arc::new(Liveness::new());
+        let cells = Arc::new([Mutex::new(0u32), Mutex::new(0u32)]);
+
+        let sender = {
+            let (phases, life, cells) = (phases.clone(), life.clone(), cells.clone());
+            thread::spawn(move || {
+                let alive = {
+                    let _cell = cells[0].lock().unwrap();
+                    life.queue(&phases, 0)
+                };
+                // A live worker was handed the command: its death from now
+                // on is the reader's to report.
+                if !alive {
+                    fail(&phases, &cells[0], 0);
+                }
+            })
+        };
+        let reader = {
+            let (phases, life, cells) = (phases.clone(), life.clone(), cells.clone());
+            thread::spawn(move || {
+                life.die(&phases, 0..2, |env| fail(&phases, &cells[env], env));
+            })
+        };
+        sender.join().unwrap();
+        reader.join().unwrap();
+
+        assert_eq!(phases.get(0), FAILED, "a command waits for a dead worker");
+        assert_eq!(*cells[0].lock().unwrap(), 1, "failed once");
+        assert!(phases.is_idle(1));
+        assert!(!life.is_alive());
+    });
+}
+
+/// The same without the cell's lock around the sender's `queue` (the
+/// protocol alone, as `Liveness` documents it: the fences, not the lock,
+/// keep the command from waiting).
+#[test]
+fn the_fences_alone_keep_a_command_from_waiting() {
+    loom::model(|| {
+        let phases = Arc::new(Phases::new(1));
+        let life = Arc::new(Liveness::new());
+        let cell = Arc::new(Mutex::new(0u32));
+
+        let sender = {
+            let (phases, life, cell) = (phases.clone(), life.clone(), cell.clone());
+            thread::spawn(move || {
+                if !life.queue(&phases, 0) {
+                    fail(&phases, &cell, 0);
+                }
+            })
+        };
+        let reader = {
+            let (phases, life, cell) = (phases.clone(), life.clone(), cell.clone());
+            thread::spawn(move || life.die(&phases, 0..1, |env| fail(&phases, &cell, env)))
+        };
+        sender.join().unwrap();
+        reader.join().unwrap();
+        assert_eq!(phases.get(0), FAILED, "a command waits for a dead worker");
+    });
+}
