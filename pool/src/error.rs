@@ -172,7 +172,7 @@ pub enum PoolError {
         during: String,
         /// What happened, as the backend reported it.
         #[source]
-        cause: Box<EnvFailure>,
+        cause: EnvFailure,
     },
     /// The input sent to an env does not fit its input buffer (a missing
     /// action key, a wrong dtype or shape): nothing was sent to any env of
@@ -232,10 +232,10 @@ pub enum PoolError {
 pub enum EnvFailure {
     /// From the threading backend.
     #[error(transparent)]
-    Threads(ThreadError),
+    Threads(Box<ThreadError>),
     /// From the process backend.
     #[error(transparent)]
-    Procs(ProcError),
+    Procs(Box<ProcError>),
 }
 
 impl EnvFailure {
@@ -243,14 +243,16 @@ impl EnvFailure {
     /// message repeats: its error's message, or `panicked: <message>`.
     pub fn detail(&self) -> String {
         match self {
-            EnvFailure::Threads(ThreadError::Env { source, .. }) => source.to_string(),
-            EnvFailure::Threads(ThreadError::Panicked { message, .. })
-            | EnvFailure::Procs(ProcError::Panicked { message, .. }) => {
-                format!("panicked: {message}")
-            }
-            EnvFailure::Procs(ProcError::Env { message, .. }) => message.clone(),
-            EnvFailure::Threads(other) => other.to_string(),
-            EnvFailure::Procs(other) => other.to_string(),
+            EnvFailure::Threads(err) => match &**err {
+                ThreadError::Env { source, .. } => source.to_string(),
+                ThreadError::Panicked { message, .. } => format!("panicked: {message}"),
+                other => other.to_string(),
+            },
+            EnvFailure::Procs(err) => match &**err {
+                ProcError::Env { message, .. } => message.clone(),
+                ProcError::Panicked { message, .. } => format!("panicked: {message}"),
+                other => other.to_string(),
+            },
         }
     }
 }
@@ -286,7 +288,7 @@ impl From<ThreadError> for PoolError {
             name,
             worker: None,
             during,
-            cause: Box::new(EnvFailure::Threads(err)),
+            cause: EnvFailure::Threads(Box::new(err)),
         }
     }
 }
@@ -337,7 +339,7 @@ impl From<ProcError> for PoolError {
             name,
             worker,
             during,
-            cause: Box::new(EnvFailure::Procs(err)),
+            cause: EnvFailure::Procs(Box::new(err)),
         }
     }
 }

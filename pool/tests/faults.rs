@@ -278,25 +278,20 @@ fn env_failure(err: &PoolError) -> Option<(usize, String, String, bool)> {
     else {
         return None;
     };
-    let panicked = match &**cause {
-        EnvFailure::Threads(ThreadError::Panicked { message, .. }) => {
-            assert_eq!(*worker, None, "{err}");
-            Some(message.clone())
-        }
-        EnvFailure::Procs(ProcError::Panicked { message, .. }) => {
-            assert_eq!(*worker, Some(0), "{err}");
-            Some(message.clone())
-        }
-        EnvFailure::Threads(ThreadError::Env { .. }) => {
-            assert_eq!(*worker, None, "{err}");
-            None
-        }
-        EnvFailure::Procs(ProcError::Env { .. }) => {
-            assert_eq!(*worker, Some(0), "{err}");
-            None
-        }
+    let (panicked, in_worker) = match cause {
+        EnvFailure::Threads(err) => match &**err {
+            ThreadError::Panicked { message, .. } => (Some(message.clone()), None),
+            ThreadError::Env { .. } => (None, None),
+            other => panic!("an env failure caused by {other:?}"),
+        },
+        EnvFailure::Procs(err) => match &**err {
+            ProcError::Panicked { message, .. } => (Some(message.clone()), Some(0)),
+            ProcError::Env { .. } => (None, Some(0)),
+            other => panic!("an env failure caused by {other:?}"),
+        },
         other => panic!("an env failure caused by {other:?}"),
     };
+    assert_eq!(*worker, in_worker, "{err}");
     Some(match panicked {
         Some(message) => (*env, during.clone(), message, true),
         None => (*env, during.clone(), cause.detail(), false),

@@ -178,8 +178,11 @@ fn env_failures_are_thread_errors() {
                 cause,
             } => {
                 assert_eq!((env, name.as_str(), during.as_str()), (0, FAULTY, "step"));
-                let EnvFailure::Threads(ThreadError::Panicked { message, .. }) = *cause else {
-                    panic!("expected a panic, got {cause:?}");
+                let EnvFailure::Threads(err) = cause else {
+                    panic!("expected the threading backend's error, got {cause:?}");
+                };
+                let ThreadError::Panicked { message, .. } = *err else {
+                    panic!("expected a panic, got {err:?}");
                 };
                 assert_eq!(message, fault_message(Fault::Panic, 1));
             }
@@ -200,8 +203,11 @@ fn env_failures_are_thread_errors() {
                 cause,
             } => {
                 assert_eq!((*env, name.as_str(), during.as_str()), (1, FAULTY, "step"));
-                let EnvFailure::Threads(ThreadError::Env { source, .. }) = &**cause else {
-                    panic!("expected the env's error, got {cause:?}");
+                let EnvFailure::Threads(err) = cause else {
+                    panic!("expected the threading backend's error, got {cause:?}");
+                };
+                let ThreadError::Env { source, .. } = &**err else {
+                    panic!("expected the env's error, got {err:?}");
                 };
                 assert_eq!(
                     **source,
