@@ -11,7 +11,7 @@
 //! On top of them, two protocols that spare the system call when nobody
 //! sleeps:
 //!
-//! - [`command`]: one word per worker that the parent posts a command into
+//! - [`command`]: one word per slot that the parent posts a command into
 //!   (after writing the action) and the worker takes it from.
 //! - [`bell`]: a doorbell that writers ring after publishing a slot (see
 //!   [`seqlock`](crate::seqlock)) and that readers sleep on.
@@ -67,8 +67,8 @@ const ALL: u32 = i32::MAX as u32;
 /// waiters and workers outnumber the cores, a yield is what hands the core
 /// to the thread being waited for (the scheduler does not move a spinning
 /// thread), so the first yield should come after a few hundred cycles, not
-/// after `crossbeam_utils::Backoff`'s 63 hints (pool-thread measured 10 us
-/// per batch from this, see its `signal.rs`).
+/// after `crossbeam_utils::Backoff`'s 63 hints (the same reason as
+/// `pool_core::spin::SPINS_PER_YIELD`).
 const SPIN_DOUBLINGS: u32 = 2;
 
 /// `true` once `deadline` has passed.

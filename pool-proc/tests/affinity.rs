@@ -1,6 +1,6 @@
 //! Resolving and validating worker CPU sets through the public API, against
 //! the CPUs this test process may use. Nothing here pins a thread (the unit
-//! tests in `src/affinity.rs` do, on threads of their own). The tests assume
+//! tests of the `affinity` crate do, on threads of their own). The tests assume
 //! at least one available CPU and compute unavailable ones from
 //! `available_cpus()`.
 

@@ -11,7 +11,7 @@ mod wait;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use pool_thread::Op;
+use pool_core::Op;
 use tensordict::{NonTensor, TensorDict};
 
 use crate::dispatch::Dispatch;

@@ -1,5 +1,5 @@
 //! The pool on the threading backend: the conformance suite (which ports
-//! TorchRL's `TestAsyncEnvPool` behaviour and covers DESIGN.md's semantics
+//! TorchRL's `TestAsyncEnvPool` behaviour and covers docs/design.md's semantics
 //! table) run with one worker thread and with two, then what only the
 //! threading backend has: closure envs, its exact error variants, and its
 //! exchange report.

@@ -1,7 +1,7 @@
 //! Building a received batch: the sent rows, the results (gathered from the
 //! backend's rows or read env by env), `env_index`, stacked as asked.
 
-use pool_thread::Op;
+use pool_core::Op;
 use smallvec::SmallVec;
 use tensordict::{NonTensor, StackedTensorDict, TensorDict};
 

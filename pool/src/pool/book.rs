@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use pool_thread::Op;
+use pool_core::Op;
 use smallvec::SmallVec;
 use tensordict::TensorDict;
 

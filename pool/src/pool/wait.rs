@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use pool_thread::Op;
+use pool_core::Op;
 
 use super::book::{EnvState, Taken, TakenEnv};
 use super::AsyncEnvPool;

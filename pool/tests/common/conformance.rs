@@ -1,10 +1,10 @@
 //! The pool's semantic tests, written once and generic over the backend:
 //! each takes a [`Configure`] that picks the backend, and `tests/threads.rs`
-//! (later also the process backend's tests) runs every one of them. The
+//! and `tests/procs.rs` (each exchange) run every one of them. The
 //! first group ports TorchRL's `TestAsyncEnvPool` behaviour (specs and
 //! shapes, async reset and step with `min_get`, deadline batching, order
 //! under different step delays, `step_and_maybe_reset`, heterogeneous
-//! envs); the rest cover every row of DESIGN.md's semantics table and every
+//! envs); the rest cover every row of docs/design.md's semantics table and every
 //! bad argument.
 
 use std::collections::BTreeSet;
