@@ -15,7 +15,7 @@ const INLINE_ENVS: usize = 64;
 /// order (whatever the order of `envs`: two readers never wait on each
 /// other crosswise), brings each up to date (`sync`, with the env and its
 /// cell; dropped once every cell is locked, with whatever it holds), then
-/// calls `read` with each env's [`Output`](Output) (`output`), in
+/// calls `read` with each env's [`Output`] (`output`), in
 /// the order of `envs`, while every cell stays locked. The first env's
 /// error (in the order of `envs`) is returned instead. Allocates nothing
 /// for up to 64 envs.
