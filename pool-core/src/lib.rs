@@ -14,7 +14,10 @@
 //!   [`spin`]: the spin-then-sleep policy of every wait, in one place
 //!   (`README.md` beside this crate explains it).
 //! - [`Output`]: one env's result as both backends hand it to the pool;
-//!   [`Rows`]: where a backend leaves results, chosen by the pool.
+//!   [`Rows`]: where a backend leaves results, chosen by the pool;
+//!   [`BatchRows`]: with [`Rows::Batch`], every env's latest result in
+//!   its row of two batches of all envs, and what a receive gathers from
+//!   them; [`peek_cells`]: a read of several envs' results at once.
 //! - [`lock`]: the one poison-tolerant way to take a pool's mutexes.
 //!
 //! This crate depends on `tensordict` and `envs` only; `exchange` and the
@@ -40,10 +43,12 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod batch_rows;
 mod liveness;
 mod lock;
 mod op;
 mod output;
+mod peek;
 pub mod phase;
 mod primitive;
 mod rows;
@@ -51,10 +56,12 @@ mod runner;
 mod signal;
 pub mod spin;
 
+pub use crate::batch_rows::BatchRows;
 pub use crate::liveness::Liveness;
 pub use crate::lock::lock;
 pub use crate::op::Op;
 pub use crate::output::Output;
+pub use crate::peek::peek_cells;
 pub use crate::phase::Phases;
 pub use crate::rows::Rows;
 pub use crate::runner::{panic_message, RunError, Runner};

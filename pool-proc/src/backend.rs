@@ -43,7 +43,7 @@ use envs::EnvSpecs;
 use exchange::{Bells, Exchange, ReadError};
 use pool_core::phase::{DONE, FAILED, QUEUED};
 use pool_core::spin::{spin_left, SHM_RECEIVER_SPIN};
-use pool_core::{lock, Liveness, Op, Output, Phases, Signal};
+use pool_core::{lock, peek_cells, BatchRows, Liveness, Op, Output, Phases, Signal};
 use tensordict::{NestedKey, TensorDict};
 
 use crate::wire::{write_frame, ToWorker};
@@ -55,7 +55,7 @@ mod reader;
 mod rows;
 mod start;
 
-use self::rows::{lock_rows, ShmRows, CELL_STALE};
+use self::rows::lock_rows;
 
 /// One env's buffers and latest result, in the parent.
 struct Cell {
@@ -106,8 +106,11 @@ struct Shared {
     /// Per env: where it stands.
     phases: Phases,
     slots: Vec<Slot>,
-    /// Shm with batch rows: see [`ShmRows`].
-    rows: Option<Mutex<ShmRows>>,
+    /// Shm with batch rows: every env's latest result in its row of two
+    /// batches of all envs, read there straight out of its slot (its cell
+    /// is filled from the rows only when read one by one: `CELL_STALE`).
+    /// Locked before any cell, never after one.
+    rows: Option<Mutex<BatchRows>>,
     workers: Vec<Worker>,
     /// Each env's worker.
     worker_of: Vec<usize>,
@@ -453,34 +456,7 @@ impl ProcBackend {
             }
         }
         if !fresh.is_empty() {
-            let mut rows = lock_rows(rows);
-            let ShmRows {
-                next, root, stale, ..
-            } = &mut *rows;
-            match (
-                shm.columns(exchange::Area::Result, next),
-                shm.columns(exchange::Area::Next, root),
-            ) {
-                (Ok(mut result), Ok(mut next)) => {
-                    for env in fresh {
-                        if self.shared.poll_into_rows(env, shm, &mut result, &mut next) {
-                            stale[env] = CELL_STALE;
-                            ready.push(env);
-                        }
-                    }
-                }
-                // Cannot happen (the rows are made from the slots' schemas
-                // and changed only here): the envs fail rather than have
-                // results that rows and cells disagree on.
-                (Err(err), _) | (_, Err(err)) => {
-                    for env in fresh {
-                        let message = format!("env {env}: its batch rows: {err}");
-                        if self.shared.fail(env, ProcError::Shm { message }) {
-                            ready.push(env);
-                        }
-                    }
-                }
-            }
+            self.shared.read_into_rows(rows, shm, fresh, ready);
             ready[start..].sort_unstable();
         }
     }
@@ -533,58 +509,45 @@ impl ProcBackend {
     /// or the env's error.
     #[doc(hidden)]
     pub fn peek<R>(&self, env: usize, read: impl FnOnce(Output<'_>) -> R) -> Result<R, ProcError> {
-        let mut rows = self.shared.rows.as_ref().map(lock_rows);
-        let mut cell = self.shared.slots[env].lock();
-        if let Some(rows) = rows.as_mut() {
-            rows.sync_cell(env, &mut cell);
-        }
-        drop(rows);
-        if let Some(err) = &cell.error {
-            return Err(err.clone());
-        }
-        Ok(read(Output {
-            op: cell.op,
-            next: &cell.next,
-            root: &cell.root,
-        }))
+        self.peek_many(&[env], |outputs| read(outputs[0]))
     }
 
-    /// Reads the results of several done envs at once (none failed).
+    /// Reads the results of several done envs at once, their cells locked
+    /// (in ascending order) while `read` runs; an env that failed gives its
+    /// error.
     #[doc(hidden)]
     pub fn peek_many<R>(
         &self,
         envs: &[usize],
         read: impl FnOnce(&[Output<'_>]) -> R,
     ) -> Result<R, ProcError> {
+        // The rows before any cell; unlocked once every cell is.
         let mut rows = self.shared.rows.as_ref().map(lock_rows);
-        let cells: Vec<MutexGuard<'_, Cell>> = envs
-            .iter()
-            .map(|&env| {
-                let mut cell = self.shared.slots[env].lock();
+        peek_cells(
+            envs,
+            |env| self.shared.slots[env].lock(),
+            move |env, cell: &mut Cell| {
                 if let Some(rows) = rows.as_mut() {
-                    rows.sync_cell(env, &mut cell);
+                    // Cannot fail: the rows and the cells have the slots'
+                    // layouts.
+                    rows.sync_cell(env, &mut cell.next, &mut cell.root);
                 }
-                cell
-            })
-            .collect();
-        drop(rows);
-        if let Some(err) = cells.iter().find_map(|c| c.error.clone()) {
-            return Err(err);
-        }
-        let outputs: Vec<Output<'_>> = cells
-            .iter()
-            .map(|c| Output {
-                op: c.op,
-                next: &c.next,
-                root: &c.root,
-            })
-            .collect();
-        Ok(read(&outputs))
+            },
+            |cell| match &cell.error {
+                Some(err) => Err(err.clone()),
+                None => Ok(Output {
+                    op: cell.op,
+                    next: &cell.next,
+                    root: &cell.root,
+                }),
+            },
+            read,
+        )
     }
 
     /// The results of `op` of `envs` (done, none failed, distinct,
     /// ascending) as batches, from the batch rows that
-    /// [`Rows::Batch`] fills with the shm exchange: the
+    /// [`Rows::Batch`] fills with the shm exchange (`BatchRows::gather`): the
     /// `"next"` batch (for a step) and the root batch (for a reset or
     /// step-and-maybe-reset). For all envs in order these are the rows
     /// themselves (shared: the next results are written into a copy if the
@@ -698,25 +661,10 @@ impl Shared {
         })
     }
 
-    /// Shm with batch rows: reads a result newly published in env `env`'s
-    /// slot into its row of `result` and `next` (columns of the rows);
-    /// whether the env is done (or failed) now.
-    fn poll_into_rows(
-        &self,
-        env: usize,
-        shm: &Exchange,
-        result: &mut exchange::Columns<'_>,
-        next: &mut exchange::Columns<'_>,
-    ) -> bool {
-        self.poll_with(env, |cell| {
-            shm.read_rows(env, cell.taken, env, result, next)
-        })
-    }
-
     /// Shm: reads a result newly published in env `env`'s slot with `read`
     /// (given its cell, whose clock says what was read last); whether the
     /// env is done (or failed) now.
-    fn poll_with(
+    pub(super) fn poll_with(
         &self,
         env: usize,
         read: impl FnOnce(&mut Cell) -> Result<Option<exchange::SlotRead>, ReadError>,

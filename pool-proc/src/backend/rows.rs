@@ -1,101 +1,102 @@
-//! `ShmRows`: with [`Rows::Batch`](pool_core::Rows::Batch) and the shm exchange, every env's
-//! latest result in its row of two batches of all envs, read there
-//! straight out of its slot.
+//! The batch rows of the shm exchange: with
+//! [`Rows::Batch`](pool_core::Rows::Batch), every env's latest result is
+//! read out of its slot straight into its row of the two batches of a
+//! [`pool_core::BatchRows`] laid out as the slots' result and next areas.
 
 use std::sync::{Mutex, MutexGuard};
 
-use pool_core::{lock, Op};
+use exchange::Exchange;
+use pool_core::batch_rows::{CELL_STALE, NEXT_ROW, ROOT_ROW};
+use pool_core::{lock, BatchRows};
+use smallvec::SmallVec;
 use tensordict::TensorDict;
 
-use super::{Cell, Slot};
+use super::{Cell, Shared, Slot};
+use crate::ProcError;
 
-/// In [`ShmRows::stale`]: the env's cell lacks its latest result (which is
-/// in its rows).
-pub(super) const CELL_STALE: u8 = 1;
+/// What a read of a slot into its rows leaves current: both rows (the
+/// fields the worker did not publish keep their values, as the cell's
+/// would), not the cell, which is filled from them when read one by one.
+const READ_INTO_ROWS: u8 = NEXT_ROW | ROOT_ROW | CELL_STALE;
 
-/// With [`Rows::Batch`](pool_core::Rows::Batch) and the shm exchange: every env's
-/// latest result in its row of two batches of all envs, read there straight
-/// out of its slot (its cell is filled from the rows only when read one by
-/// one). Locked before any cell, never after one.
-pub(super) struct ShmRows {
-    /// `[num_envs, ..]`: the step results (the slots' result area).
-    pub(super) next: TensorDict,
-    /// `[num_envs, ..]`: the reset results and next roots (next area).
-    pub(super) root: TensorDict,
-    /// Per env: `CELL_STALE` or 0.
-    pub(super) stale: Vec<u8>,
-    /// The batches last gathered for a receive of some envs, reused by the
-    /// next gather of as many (see `TensorDict::gather_rows_reusing`).
-    gathered: [Option<TensorDict>; 2],
+/// The rows of the `n` envs of `slots`, laid out as `exchange`'s result
+/// (`"next"` batch) and next (root batch) areas, starting as the cells do;
+/// `None` if a cell does not fit them.
+pub(super) fn shm_rows(exchange: &Exchange, slots: &[Slot]) -> Option<Mutex<BatchRows>> {
+    let n = slots.len();
+    let next = exchange.zeros_rows(exchange::Area::Result, n).ok()?;
+    let root = exchange.zeros_rows(exchange::Area::Next, n).ok()?;
+    let cells: Vec<MutexGuard<'_, Cell>> = slots.iter().map(Slot::lock).collect();
+    let nexts: Vec<&TensorDict> = cells.iter().map(|c| &c.next).collect();
+    let roots: Vec<&TensorDict> = cells.iter().map(|c| &c.root).collect();
+    BatchRows::new(next, root, &nexts, &roots).map(Mutex::new)
 }
-impl ShmRows {
-    /// The rows of every env, starting as the cells of `slots` do (their
-    /// keys not published keep these values); `None` if a cell does not
-    /// fit them.
-    pub(super) fn new(
-        next: TensorDict,
-        root: TensorDict,
-        slots: &[Slot],
-    ) -> Option<Mutex<ShmRows>> {
-        let mut rows = ShmRows {
-            next,
-            root,
-            stale: vec![0; slots.len()],
-            gathered: [None, None],
-        };
-        let cells: Vec<MutexGuard<'_, Cell>> = slots.iter().map(Slot::lock).collect();
-        let nexts: Vec<&TensorDict> = cells.iter().map(|c| &c.next).collect();
-        let roots: Vec<&TensorDict> = cells.iter().map(|c| &c.root).collect();
-        let filled = rows
-            .next
-            .write_rows(&nexts)
-            .and(rows.root.write_rows(&roots));
-        drop(cells);
-        filled.is_ok().then(|| Mutex::new(rows))
-    }
 
-    /// The results of `op` of `envs` as batches (see
-    /// `ProcBackend::gather`): the rows themselves for all envs in order,
-    /// else their rows gathered into the batches of the last such gather.
-    pub(super) fn gather(
-        &mut self,
-        op: Op,
-        envs: &[usize],
-    ) -> Option<(Option<TensorDict>, Option<TensorDict>)> {
-        let ShmRows {
-            next,
-            root,
-            gathered: [next_cache, root_cache],
-            ..
-        } = self;
-        let next = match op {
-            Op::Reset => None,
-            Op::Step | Op::StepAndMaybeReset => {
-                Some(next.gather_rows_reusing(envs, next_cache).ok()?)
-            }
-        };
-        let root = match op {
-            Op::Step => None,
-            Op::Reset | Op::StepAndMaybeReset => {
-                Some(root.gather_rows_reusing(envs, root_cache).ok()?)
-            }
-        };
-        Some((next, root))
-    }
-
-    /// Fills env `env`'s cell from its rows if they are newer.
-    pub(super) fn sync_cell(&mut self, env: usize, cell: &mut Cell) {
-        if self.stale[env] & CELL_STALE == 0 {
-            return;
-        }
-        self.stale[env] = 0;
-        // Cannot fail: the rows and the cells have the slots' layouts.
-        let _ = self.next.read_row(env, &mut cell.next);
-        let _ = self.root.read_row(env, &mut cell.root);
-    }
-}
-pub(super) fn lock_rows(rows: &Mutex<ShmRows>) -> MutexGuard<'_, ShmRows> {
+/// Locks the batch rows (before any cell, never after one).
+pub(super) fn lock_rows(rows: &Mutex<BatchRows>) -> MutexGuard<'_, BatchRows> {
     // The rows are written only between a successful read's checks and
     // its end.
     lock(rows)
+}
+
+impl Shared {
+    /// Reads the results newly published in the slots of `fresh` (envs in
+    /// flight) into their rows, in one pass with the batches' columns made
+    /// writable once; appends to `ready` those done (or failed) now.
+    pub(super) fn read_into_rows(
+        &self,
+        rows: &Mutex<BatchRows>,
+        shm: &Exchange,
+        mut fresh: SmallVec<[usize; 64]>,
+        ready: &mut Vec<usize>,
+    ) {
+        let mut rows = lock_rows(rows);
+        let (next, root) = rows.batches_mut();
+        match (
+            shm.columns(exchange::Area::Result, next),
+            shm.columns(exchange::Area::Next, root),
+        ) {
+            (Ok(mut result), Ok(mut next)) => {
+                fresh.retain(|env| self.poll_into_rows(*env, shm, &mut result, &mut next));
+            }
+            // Cannot happen (the rows are made from the slots' schemas
+            // and changed only here): the envs fail rather than have
+            // results that rows and cells disagree on.
+            (Err(err), _) | (_, Err(err)) => {
+                for env in fresh {
+                    let message = format!("env {env}: its batch rows: {err}");
+                    if self.fail(env, ProcError::Shm { message }) {
+                        ready.push(env);
+                    }
+                }
+                return;
+            }
+        }
+        // Marked before the rows are unlocked: a receiver that saw DONE or
+        // FAILED takes the result (`gather`, `peek`) only after.
+        for &env in &fresh {
+            let flags = if self.phases.is_failed(env) {
+                0
+            } else {
+                READ_INTO_ROWS
+            };
+            rows.mark(env, flags);
+        }
+        ready.extend(fresh);
+    }
+
+    /// Shm with batch rows: reads a result newly published in env `env`'s
+    /// slot into its row of `result` and `next` (columns of the rows);
+    /// whether the env is done (or failed) now.
+    fn poll_into_rows(
+        &self,
+        env: usize,
+        shm: &Exchange,
+        result: &mut exchange::Columns<'_>,
+        next: &mut exchange::Columns<'_>,
+    ) -> bool {
+        self.poll_with(env, |cell| {
+            shm.read_rows(env, cell.taken, env, result, next)
+        })
+    }
 }

@@ -16,7 +16,7 @@ use pool_core::{lock, Liveness, Op, Phases, Rows, Signal};
 use tensordict::TensorDict;
 
 use super::reader::reader_loop;
-use super::rows::ShmRows;
+use super::rows::shm_rows;
 use super::{exit_reason, Cell, ProcBackend, Shared, Slot, Worker};
 use crate::spawn;
 use crate::wire::{write_frame, EnvEntry, FrameReader, FromWorker, ToWorker};
@@ -290,14 +290,10 @@ impl ProcBackend {
             Some((exchange, bells)) => (Some(exchange), Some(bells)),
             None => (None, None),
         };
-        let batches = match &shm {
-            Some(exchange) if rows == Rows::Batch => exchange
-                .zeros_rows(exchange::Area::Result, n)
-                .and_then(|next| Ok((next, exchange.zeros_rows(exchange::Area::Next, n)?)))
-                .ok(),
+        let rows = match &shm {
+            Some(exchange) if rows == Rows::Batch => shm_rows(exchange, &slots),
             _ => None,
         };
-        let rows = batches.and_then(|(next, root)| ShmRows::new(next, root, &slots));
         let shared = Arc::new(Shared {
             phases: Phases::new(n),
             rows,

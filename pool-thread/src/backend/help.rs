@@ -1,0 +1,49 @@
+//! `ThreadBackend::help`: a receiver that must wait for every env in
+//! flight anyway runs queued envs itself while env steps are quick.
+
+use std::sync::atomic::Ordering;
+
+use pool_core::spin::HELP_MAX_ENV_TIME;
+
+use super::worker::{run_job, StepTiming};
+use super::ThreadBackend;
+use crate::queue::HELP_CHUNK;
+
+impl ThreadBackend {
+    /// Runs queued envs (at most 8, each published as it finishes) in the
+    /// calling thread, if any is queued and env steps have been quick (a
+    /// moving average under `HELP_MAX_ENV_TIME`): a receiver that would
+    /// otherwise wait helps the workers. Returns
+    /// whether it ran anything. Never with
+    /// [`ThreadOptions::affinity`](crate::ThreadOptions::affinity):
+    /// the envs then run on the worker threads' CPUs only.
+    ///
+    /// On as many workers as cores, a waiting receiver shares a core with
+    /// a worker; waiting, it hands that core back and forth with the
+    /// worker at each yield. Helping, it steps the envs in the worker's
+    /// place instead, and the batch is done sooner (docs/performance.md has
+    /// the `perf sched` figures). It blocks for as long as those envs take, so a
+    /// receiver helps only when it has to wait for every queued env anyway.
+    #[doc(hidden)]
+    pub fn help(&self) -> bool {
+        let quick =
+            self.shared.env_nanos.load(Ordering::Relaxed) < HELP_MAX_ENV_TIME.as_nanos() as u64;
+        if self.pinned || !quick {
+            return false;
+        }
+        let mut timing = StepTiming::new();
+        let mut ran = 0;
+        while ran < HELP_CHUNK {
+            let Some(job) = self.shared.queue.try_pop_any() else {
+                break;
+            };
+            timing.start(job.op);
+            run_job(&self.shared, &job);
+            timing.ran(&self.shared.env_nanos);
+            ran += 1;
+        }
+        // The run ends here (the helper returns to its receive).
+        timing.end(&self.shared.env_nanos);
+        ran > 0
+    }
+}

@@ -1,0 +1,176 @@
+//! Tests of the threading backend as a whole: a receiver's help, results
+//! that do not wait for a stuck env, a worker that cannot pin itself.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+
+use envs::{CountingEnv, Env};
+use pool_core::lock;
+use tensordict::TensorDict;
+
+use super::start::pin_worker;
+use super::{EnvFactory, Op, ThreadBackend};
+use crate::{Rows, ThreadError, ThreadOptions};
+
+/// A CountingEnv (env `index`) that records the threads that step it,
+/// and whose steps wait while `hold` is set if it is env `held`.
+fn held(
+    index: usize,
+    held: usize,
+    hold: Arc<AtomicBool>,
+    ran_on: Arc<Mutex<Vec<ThreadId>>>,
+) -> Box<dyn Env> {
+    test_envs::OnStep::boxed(CountingEnv::new(0, 100), move |inner, input, next| {
+        lock(&ran_on).push(std::thread::current().id());
+        let until = Instant::now() + Duration::from_secs(10);
+        while index == held && hold.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        inner.step_into(input, next)
+    })
+}
+
+/// Waits (at most 10 s) until every one of `envs` is done, and
+/// releases them.
+fn collect(backend: &ThreadBackend, envs: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(0..envs).all(|env| backend.is_done(env)) {
+        assert!(Instant::now() < deadline, "the envs did not finish");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for env in 0..envs {
+        backend.release(env);
+    }
+}
+
+/// A waiting receiver's help (`ThreadBackend::help`): none while env
+/// steps look slow (the starting estimate), none with pinned workers;
+/// with quick steps, it runs queued envs in the calling thread while the
+/// only worker is stuck in env 0.
+#[test]
+fn a_receiver_helps_only_while_envs_are_quick_and_workers_are_not_pinned() {
+    let hold = Arc::new(AtomicBool::new(true));
+    let ran_on = Arc::new(Mutex::new(Vec::new()));
+    let start = |affinity: Option<affinity::Affinity>| {
+        let factories: Vec<EnvFactory> = (0..4)
+            .map(|index| {
+                let (hold, ran_on) = (Arc::clone(&hold), Arc::clone(&ran_on));
+                Box::new(move || Ok(held(index, 0, hold, ran_on))) as EnvFactory
+            })
+            .collect();
+        let mut options = ThreadOptions::default().threads(1);
+        if let Some(affinity) = affinity {
+            options = options.affinity(affinity);
+        }
+        let backend = ThreadBackend::start(factories, &options, Rows::PerEnv).unwrap();
+        let all: Vec<(usize, Option<usize>)> = (0..4).map(|env| (env, None)).collect();
+        backend.send(Op::Reset, &all, None).unwrap();
+        collect(&backend, 4);
+        backend
+    };
+    let mut actions = TensorDict::new(&[4]);
+    actions
+        .set("action", tensordict::Tensor::full(&[4, 1], 1i64))
+        .unwrap();
+    let rows: Vec<(usize, Option<usize>)> = (0..4).map(|env| (env, Some(env))).collect();
+    let me = std::thread::current().id();
+    for pinned in [false, true] {
+        let affinity = pinned.then(|| {
+            let cpu = affinity::available_cpus().unwrap()[0];
+            affinity::Affinity::per_worker([[cpu]])
+        });
+        let backend = start(affinity);
+        hold.store(true, Ordering::SeqCst);
+        lock(&ran_on).clear();
+        backend.send(Op::Step, &rows, Some(&actions)).unwrap();
+        // The worker is stuck in env 0; envs 1, 2 and 3 wait in the
+        // queue.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while lock(&ran_on).is_empty() {
+            assert!(Instant::now() < deadline, "the worker did not start");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!backend.help(), "helped with slow-looking envs");
+        backend.shared.env_nanos.store(0, Ordering::Relaxed);
+        assert_eq!(backend.help(), !pinned);
+        let here = lock(&ran_on).iter().filter(|&&t| t == me).count();
+        assert_eq!(here > 0, !pinned, "{here} env steps ran here");
+        hold.store(false, Ordering::SeqCst);
+        collect(&backend, 4);
+    }
+}
+
+/// A result never waits for another env's step, and an env queued
+/// behind a step that does not return is taken by the other worker:
+/// with env `stuck` stuck in its step (first or second of worker 0's
+/// envs), every other env's result is published while it is still
+/// stuck (no timing involved: the held env waits until released).
+#[test]
+fn results_do_not_wait_for_a_stuck_env() {
+    for stuck in [0, 1] {
+        let hold = Arc::new(AtomicBool::new(false));
+        let ran_on = Arc::new(Mutex::new(Vec::new()));
+        let factories: Vec<EnvFactory> = (0..8)
+            .map(|index| {
+                let (hold, ran_on) = (Arc::clone(&hold), Arc::clone(&ran_on));
+                Box::new(move || Ok(held(index, stuck, hold, ran_on))) as EnvFactory
+            })
+            .collect();
+        let options = ThreadOptions::default().threads(2);
+        let backend = ThreadBackend::start(factories, &options, Rows::Batch).unwrap();
+        let all: Vec<(usize, Option<usize>)> = (0..8).map(|env| (env, None)).collect();
+        backend.send(Op::Reset, &all, None).unwrap();
+        collect(&backend, 8);
+        let mut actions = TensorDict::new(&[8]);
+        actions
+            .set("action", tensordict::Tensor::full(&[8, 1], 1i64))
+            .unwrap();
+        let rows: Vec<(usize, Option<usize>)> = (0..8).map(|env| (env, Some(env))).collect();
+        hold.store(true, Ordering::SeqCst);
+        backend.send(Op::Step, &rows, Some(&actions)).unwrap();
+        let others: Vec<usize> = (0..8).filter(|&env| env != stuck).collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !others.iter().all(|&env| backend.is_done(env)) {
+            assert!(
+                Instant::now() < deadline,
+                "env {stuck} stuck: results waited for it"
+            );
+            backend.wait(backend.generation(), Some(deadline));
+        }
+        assert!(!backend.is_done(stuck), "env {stuck} not stuck");
+        // Their rows are in the batch too.
+        let (next, _) = backend.gather(Op::Step, &others).expect("in their rows");
+        let counts = next.unwrap().tensor("observation").unwrap().to_vec::<i32>();
+        assert_eq!(counts.unwrap(), vec![1; 7], "env {stuck} stuck");
+        hold.store(false, Ordering::SeqCst);
+        collect(&backend, 8);
+    }
+}
+
+/// A worker thread that cannot pin itself reports the kernel's refusal,
+/// naming the worker, and does not go on (`start` then stops the
+/// others and returns that error).
+#[test]
+fn a_worker_that_cannot_pin_itself_reports_it_and_stops() {
+    let available = affinity::available_cpus().unwrap();
+    // A CPU a set can hold but this machine does not have.
+    let Some(cpu) = (0..1024).rev().find(|cpu| !available.contains(cpu)) else {
+        return;
+    };
+    let (report, reports) = std::sync::mpsc::channel();
+    let went_on = std::thread::spawn(move || pin_worker(3, &[cpu], &report))
+        .join()
+        .unwrap();
+    assert!(!went_on);
+    let (worker, pinned) = reports.recv().unwrap();
+    assert_eq!(worker, 3);
+    let err = ThreadError::Affinity(pinned.unwrap_err());
+    assert!(
+        err.to_string().starts_with(&format!(
+            "worker thread CPU affinity: worker 3: could not pin to [{cpu}]"
+        )),
+        "{err}"
+    );
+}
