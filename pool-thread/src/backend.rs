@@ -68,8 +68,9 @@ struct Shared {
     queue: WorkQueue,
     done: Signal,
     workers: usize,
-    /// How long a receiver spins before sleeping: zero when the workers
-    /// already use every core.
+    /// How long a receiver spins before sleeping: `RECEIVER_SPIN`, or the
+    /// shorter `RECEIVER_SPIN_NO_SPARE_CORE` when the workers already use
+    /// every core (`pool_core::spin`).
     receiver_spin: std::time::Duration,
     /// About how long a recent env step took, in nanoseconds (a moving
     /// average over runs of steps, updated by whoever ran them): receivers
