@@ -601,7 +601,8 @@ fn watch(work: &Arc<Work>, mut runners: usize) {
     } else {
         STALL
     });
-    // By runner: the start of the command the watcher last rang for.
+    // By runner: the word the watcher last rang for (a word, not only its
+    // start: two commands may start at the same tick of a coarse clock).
     let mut rung_for = vec![u64::MAX; work.activity.len()];
     let mut told_no_spare = false;
     // The runners' activity words of one look (allocated once).
@@ -626,11 +627,11 @@ fn watch(work: &Arc<Work>, mut runners: usize) {
             all_busy &= word & BUSY != 0;
             all_waiting &= word & AWAKE == 0;
             latest_start = latest_start.max(start);
-            if word & UNRUNG != 0 && rung_for[index] != start {
+            if word & UNRUNG != 0 && rung_for[index] != word {
                 let ring_due = start + nanos(RING_LATE);
                 if now >= ring_due {
                     ring_now = true;
-                    rung_for[index] = start;
+                    rung_for[index] = word;
                 } else {
                     due = due.min(ring_due);
                 }
@@ -940,6 +941,43 @@ fn shm_command(work: &Work, exchange: &Exchange, local: usize, word: u32) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An activity word keeps its start beside the flags, and each
+    /// runner's word has cache lines of its own.
+    #[test]
+    fn activity_words_keep_the_start_and_the_flags_apart() {
+        let start = Duration::from_secs(3600 * 24 * 365).as_nanos() as u64;
+        for flags in [
+            0,
+            AWAKE,
+            AWAKE | BUSY,
+            AWAKE | UNRUNG,
+            AWAKE | BUSY | UNRUNG,
+        ] {
+            let word = Activity::word(start, flags);
+            assert_eq!(Activity::start(word), start);
+            assert_eq!(word & (AWAKE | BUSY | UNRUNG), flags);
+        }
+        let activity = Activity::new(7);
+        activity.begin(8, true);
+        assert_eq!(
+            activity.word.load(Ordering::Relaxed),
+            Activity::word(8, AWAKE | BUSY | UNRUNG)
+        );
+        activity.end(8, true);
+        assert_eq!(
+            activity.word.load(Ordering::Relaxed),
+            Activity::word(8, AWAKE | UNRUNG)
+        );
+        activity.rang(8);
+        assert_eq!(
+            activity.word.load(Ordering::Relaxed),
+            Activity::word(8, AWAKE)
+        );
+        activity.waiting(8);
+        assert_eq!(activity.word.load(Ordering::Relaxed), Activity::word(8, 0));
+        assert!(std::mem::align_of::<Activity>() >= 128);
+    }
 
     #[test]
     fn command_words_round_trip_and_stay_below_stop() {
