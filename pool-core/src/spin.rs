@@ -1,6 +1,7 @@
 //! The spin-then-sleep policy of every wait in a pool, in one place: how
 //! long each kind of waiter spins, how it spins, and when a receiver runs
-//! envs itself instead. `pool-core/README.md` explains the choices.
+//! envs itself instead; and the timing of a process worker's runners and
+//! of its watcher. `pool-core/README.md` explains the choices.
 
 use std::time::{Duration, Instant};
 
@@ -41,6 +42,52 @@ pub const PAUSES: u32 = 3;
 /// the receiver's core could be left holding envs it cannot run while the
 /// receiver runs others.
 pub const HELP_MAX_ENV_TIME: Duration = Duration::from_micros(10);
+
+// The process backend's worker: its runner threads and its watcher
+// (`pool-proc/src/worker.rs`).
+
+/// How long a runner thread of a process worker (shared-memory exchange)
+/// spins on the worker's doorbell before it sleeps on it: long enough to
+/// catch the next batch of a tight stepping loop without a futex wake-up
+/// per batch.
+pub const RUNNER_SPIN: Duration = Duration::from_micros(500);
+
+/// How long a result a runner published quietly (shared-memory exchange)
+/// may wait for the ring of the parent's bell while the runner goes on
+/// with the next commands of its scan. A runner rings once per scan, so
+/// that a sleeping parent wakes once per batch, not once per env; within
+/// a long scan it rings before a command once its oldest unrung result is
+/// this old.
+pub const RING_EVERY: Duration = Duration::from_micros(20);
+
+/// How long every runner of a process worker may be inside an env step,
+/// none having started one since, while commands wait, before the
+/// worker's watcher starts a spare runner: a long or stuck step holds the
+/// commands behind it back for about this long at most.
+pub const STALL: Duration = Duration::from_millis(1);
+
+/// How long results a runner published quietly may wait for its ring of
+/// the parent's bell, counted from the start of the runner's latest
+/// command, before the worker's watcher rings for them: a result never
+/// waits for about longer than this on another env's long step.
+pub const RING_LATE: Duration = Duration::from_millis(1);
+
+/// After this long with every runner of a process worker waiting for
+/// commands, none having started one, the worker's watcher sleeps until a
+/// runner wakes, instead of looking at the runners every
+/// `min(STALL, RING_LATE)`.
+pub const IDLE_AFTER: Duration = Duration::from_millis(20);
+
+/// How long a process worker's waits that only a stop could end (a
+/// runner's wait for commands, the idle watcher's sleep) sleep before they
+/// look at the stop flag again: a bound on a lost wake-up, not a poll the
+/// worker relies on.
+pub const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// How long a stopping process worker waits for its threads to finish the
+/// command they run before it exits without them (an env that never
+/// returns must not keep a worker alive).
+pub const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// What is left of a receive's spin `budget` when it began to wait at
 /// `waiting_since` (a receive waits several times; the budget counts from

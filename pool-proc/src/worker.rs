@@ -12,11 +12,15 @@
 //! wake-up per env-step. A runner in a long (or stuck) env step holds
 //! nothing back: the commands it has not taken stay where any runner
 //! finds them, and a watcher thread starts a spare runner when every
-//! runner is inside an env, none has finished one for [`STALL`], and
+//! runner is inside an env, none has started one for [`STALL`], and
 //! commands wait; with the shm exchange it also rings the parent's bell
-//! for results published quietly that no runner rang for [`RING_LATE`]. The
-//! worker exits on stop, at the end of its socket (the parent is gone), or
-//! with the parent (a parent-death signal).
+//! for results published quietly that their runner has not rung for
+//! [`RING_LATE`]. The watcher sleeps until the earliest moment either could
+//! be due, and until a runner wakes once the worker idled for
+//! [`IDLE_AFTER`]; a runner tells it what it does with two plain stores
+//! per command into a word of its own ([`Activity`]). The worker exits on
+//! stop, at the end of its socket (the parent is gone), or with the parent
+//! (a parent-death signal).
 //!
 //! For the fault-injection tests only (the cargo feature `fault-injection`),
 //! an env's keyword arguments may carry a fault of the worker itself, which
@@ -27,27 +31,22 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use envs::{Env, Kwargs};
 use exchange::{Bells, Exchange, Schema, FIRST_COMMAND};
+use pool_core::spin::{
+    IDLE_AFTER, RING_EVERY, RING_LATE, RUNNER_SPIN, STALL, STOP_GRACE, STOP_POLL,
+};
 use pool_core::{lock, Op, Runner};
 use tensordict::TensorDict;
 
 use crate::fault::{take_fault, SocketFault};
 use crate::spawn::WORKER_VAR;
 use crate::wire::{op_code, op_of, write_frame, FrameReader, FromWorker, ToWorker};
-
-/// How long an env thread of the shm exchange sleeps on its command word
-/// before it looks at the stop flag again.
-const STOP_POLL: Duration = Duration::from_millis(100);
-
-/// How long a stopping worker waits for its env threads to finish the
-/// command they run.
-const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// The command word of `op` (with or without an input) in a slot.
 pub(crate) fn command_word(op: Op, with_input: bool) -> u32 {
@@ -204,22 +203,15 @@ struct Work {
     writer: Writer,
     transport: Transport,
     stop: AtomicBool,
-    /// Runners not inside an env right now.
-    idle: AtomicUsize,
-    /// Runners started (the first ones, and spares).
-    runners: AtomicUsize,
-    /// When a runner last finished a command (`Instant` of `epoch`, ns).
-    progress: AtomicU64,
-    /// With the shm exchange: when the oldest result published without a
-    /// ring of the parent's bell was published (ns since `epoch`, plus one;
-    /// 0: none), for the watcher to ring if its runner does not soon.
-    unrung: AtomicU64,
-    /// Set by the watcher while it sleeps until a runner starts a command
-    /// (the worker was idle for [`IDLE_AFTER`]).
+    /// What each runner does, by runner (the first ones, then spares; at
+    /// most one runner per env), for the watcher.
+    activity: Box<[Activity]>,
+    /// Set by the watcher while it sleeps until a runner wakes (the worker
+    /// was idle for [`IDLE_AFTER`]).
     watcher_asleep: AtomicBool,
     /// What the watcher sleeps on (with `wake_watcher`).
     watcher_lock: Mutex<()>,
-    /// Wakes the watcher (a runner began work, or stop).
+    /// Wakes the watcher (a runner woke while it slept, or stop).
     wake_watcher: Condvar,
     /// The spare runners the watcher started.
     spares: Mutex<Vec<JoinHandle<()>>>,
@@ -240,27 +232,18 @@ impl Work {
         }
     }
 
-    /// Notes a result published without a ring of the parent's bell.
-    fn published_quietly(&self) {
-        // SeqCst (with `rang`): a publish after a ring's clearing store sets
-        // the mark again; one before it is covered by that ring.
-        let _ = self
-            .unrung
-            .compare_exchange(0, self.now() + 1, Ordering::SeqCst, Ordering::SeqCst);
-    }
-
-    /// Rings the parent's bell for every result published so far.
-    fn ring(&self, exchange: &Exchange) {
-        // SeqCst: pairs with `published_quietly` (cleared before the ring).
-        self.unrung.store(0, Ordering::SeqCst);
-        exchange.ring();
-    }
-
-    /// Wakes the watcher if it sleeps until work begins.
-    fn wake_watcher(&self) {
-        // SeqCst: pairs with the watcher's store of `watcher_asleep` and its
-        // load of `idle` (a runner leaving idle sees the flag, or the
-        // watcher sees the runner busy and stays awake).
+    /// A runner woke from its wait for commands: says so in its
+    /// [`Activity`] (`start`: when its latest command started) and wakes
+    /// the watcher if it sleeps until a runner wakes.
+    fn runner_woke(&self, activity: &Activity, start: u64) {
+        // SeqCst: pairs with the watcher's SeqCst store of
+        // `watcher_asleep` and its SeqCst loads of the activities in
+        // `doze` (Dekker): either this load sees the flag, or the watcher
+        // sees this runner awake and does not sleep.
+        activity
+            .word
+            .store(Activity::word(start, AWAKE), Ordering::SeqCst);
+        // SeqCst: see the store above.
         if self.watcher_asleep.load(Ordering::SeqCst) {
             let _guard = lock(&self.watcher_lock);
             self.wake_watcher.notify_all();
@@ -279,21 +262,99 @@ impl Work {
     }
 }
 
-/// How long runners may all be inside envs, with commands waiting, before
-/// the worker starts a spare runner: a long or stuck env step must not hold
-/// the commands behind it back for longer than about this.
-const STALL: Duration = Duration::from_millis(1);
+/// [`Activity`]'s flag: the runner is not waiting for commands (it looks
+/// for them, or runs one).
+const AWAKE: u64 = 1;
 
-/// How long a result published quietly (shm) may wait for its runner to
-/// ring the parent's bell before the watcher rings it.
-const RING_LATE: Duration = Duration::from_micros(500);
+/// [`Activity`]'s flag: the runner is inside a command (an env step, a
+/// reset, the copies around them).
+const BUSY: u64 = 2;
 
-/// How often the watcher looks at the runners while the worker works.
-const WATCH: Duration = Duration::from_micros(500);
+/// [`Activity`]'s flag: results the runner published quietly (shm) wait
+/// for its ring of the parent's bell; the oldest was published at most
+/// [`RING_EVERY`] before the start of its latest command.
+const UNRUNG: u64 = 4;
 
-/// After this long with every runner idle and no command finished, the
-/// watcher sleeps until a runner starts a command.
-const IDLE_AFTER: Duration = Duration::from_millis(20);
+/// The bits of an [`Activity`] word below the start time.
+const FLAG_BITS: u32 = 3;
+
+/// What one runner does, as the watcher sees it: one word, written by that
+/// runner alone (by the watcher before it starts a spare), on cache lines
+/// of its own, so that a runner's stores per command touch no line that
+/// another runner writes. The word holds when the runner's latest command
+/// started (ns since [`Work::now`]'s epoch, above [`FLAG_BITS`]) and the
+/// flags [`AWAKE`], [`BUSY`] and [`UNRUNG`].
+#[repr(align(128))]
+struct Activity {
+    word: AtomicU64,
+}
+
+impl Activity {
+    /// The activity of a runner that was just started (awake, and its
+    /// latest command counted as started at `start`).
+    fn new(start: u64) -> Activity {
+        Activity {
+            word: AtomicU64::new(Activity::word(start, AWAKE)),
+        }
+    }
+
+    /// The word of a runner whose latest command started at `start`, with
+    /// `flags`.
+    fn word(start: u64, flags: u64) -> u64 {
+        start << FLAG_BITS | flags
+    }
+
+    /// When the latest command of the runner of `word` started.
+    fn start(word: u64) -> u64 {
+        word >> FLAG_BITS
+    }
+
+    /// The runner begins a command at `start`; `unrung`: results it
+    /// published before wait for its ring.
+    #[inline]
+    fn begin(&self, start: u64, unrung: bool) {
+        let unrung = if unrung { UNRUNG } else { 0 };
+        // Release: pairs with the Acquire load in `watch`; the results this
+        // runner published before (whose clocks were stored before this)
+        // are visible to whoever the watcher's ring of the parent's bell
+        // wakes.
+        self.word.store(
+            Activity::word(start, AWAKE | BUSY | unrung),
+            Ordering::Release,
+        );
+    }
+
+    /// The runner finished the command it began at `start`; `unrung`: the
+    /// results it published quietly, this command's among them, wait for
+    /// its ring.
+    #[inline]
+    fn end(&self, start: u64, unrung: bool) {
+        let unrung = if unrung { UNRUNG } else { 0 };
+        // Release: pairs with the Acquire load in `watch`, as in `begin`
+        // (this command's result included).
+        self.word
+            .store(Activity::word(start, AWAKE | unrung), Ordering::Release);
+    }
+
+    /// The runner rang the parent's bell for every result it published
+    /// (its latest command started at `start`).
+    #[inline]
+    fn rang(&self, start: u64) {
+        // Relaxed: clears UNRUNG only; a watcher that still sees the flag
+        // rings once more, which wakes a receiver for nothing.
+        self.word
+            .store(Activity::word(start, AWAKE), Ordering::Relaxed);
+    }
+
+    /// The runner is about to wait for commands (its latest command
+    /// started at `start`; it rang for all its results).
+    fn waiting(&self, start: u64) {
+        // Relaxed: lets the watcher sleep; the runner's SeqCst store in
+        // `Work::runner_woke`, after the wait, is what keeps the watcher
+        // from sleeping through its next commands.
+        self.word.store(Activity::word(start, 0), Ordering::Relaxed);
+    }
+}
 
 fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
     let io_err = |e: io::Error| format!("writing the control socket: {e}");
@@ -431,17 +492,16 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
         }
         Some(other) => return Err(format!("expected the exchange, got {other:?}")),
     };
-    let runners = (runners as usize).clamp(1, hosted.len().max(1));
+    let hosted_len = hosted.len();
+    let runners = (runners as usize).clamp(1, hosted_len.max(1));
     let work = Arc::new(Work {
         envs: hosted,
         first,
         writer: Arc::clone(writer),
         transport,
         stop: AtomicBool::new(false),
-        idle: AtomicUsize::new(0),
-        runners: AtomicUsize::new(0),
-        progress: AtomicU64::new(0),
-        unrung: AtomicU64::new(0),
+        // At most one runner per env (and one runner without envs).
+        activity: (0..hosted_len.max(1)).map(|_| Activity::new(0)).collect(),
         watcher_asleep: AtomicBool::new(false),
         watcher_lock: Mutex::new(()),
         wake_watcher: Condvar::new(),
@@ -449,14 +509,14 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
         epoch: Instant::now(),
     });
     let mut threads = Vec::with_capacity(runners + 1);
-    for _ in 0..runners {
-        threads.push(spawn_runner(&work)?);
+    for index in 0..runners {
+        threads.push(spawn_runner(&work, index)?);
     }
     let for_watcher = Arc::clone(&work);
     threads.push(
         std::thread::Builder::new()
             .name("rlpool-watcher".into())
-            .spawn(move || watch(&for_watcher))
+            .spawn(move || watch(&for_watcher, runners))
             .map_err(|e| format!("starting the watcher thread: {e}"))?,
     );
     send(writer, &FromWorker::Started).map_err(io_err)?;
@@ -515,83 +575,174 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
     outcome
 }
 
-/// The watcher: while the runners work, looks at them every [`WATCH`]:
-/// starts a spare runner when every runner is inside an env, none finished
-/// one for [`STALL`], and commands wait (at most one runner per env), and
-/// rings the parent's bell for results published quietly more than
-/// [`RING_LATE`] ago. Sleeps while the worker is idle. Returns at stop.
-fn watch(work: &Arc<Work>) {
+/// The watcher: starts a spare runner when every runner is inside an env,
+/// none started one for [`STALL`], and commands wait (at most one runner
+/// per env), and rings the parent's bell for results published quietly
+/// that wait for their runner's ring since [`RING_LATE`] after the start
+/// of its latest command. It looks at the runners' [`Activity`] only when
+/// one of these could be due: at the earliest deadline of what it saw, and
+/// at the latest `min(STALL, RING_LATE)` after it looked (a command
+/// started after that look is not due before); a runner's commands wake
+/// it never. Once every runner has waited for commands for
+/// [`IDLE_AFTER`], it sleeps until a runner wakes. Returns at stop.
+///
+/// `runners`: how many runners the worker started (the watcher starts the
+/// spares, so it counts them).
+fn watch(work: &Arc<Work>, mut runners: usize) {
     let nanos = |d: Duration| d.as_nanos() as u64;
+    let shm = match &work.transport {
+        Transport::Shm { exchange, .. } => Some(&**exchange),
+        Transport::Queue { .. } => None,
+    };
+    // The earliest a command the watcher has not seen could be due: it
+    // starts after the look, so it is due STALL (and, shm, RING_LATE) after.
+    let horizon = nanos(if shm.is_some() {
+        STALL.min(RING_LATE)
+    } else {
+        STALL
+    });
+    // By runner: the word the watcher last rang for (a word, not only its
+    // start: two commands may start at the same tick of a coarse clock).
+    let mut rung_for = vec![u64::MAX; work.activity.len()];
+    let mut told_no_spare = false;
+    // The runners' activity words of one look (allocated once).
+    let mut words = Vec::with_capacity(work.activity.len());
     loop {
-        if work.stop.load(Ordering::SeqCst) {
-            return;
-        }
+        words.clear();
+        words.extend(work.activity[..runners].iter().map(|activity| {
+            // Acquire: pairs with the Release stores in `Activity::begin`
+            // and `Activity::end`: the results published before them are
+            // visible to whoever the ring below wakes.
+            activity.word.load(Ordering::Acquire)
+        }));
+        // Read after the words: no start in them is later.
         let now = work.now();
-        let runners = work.runners.load(Ordering::SeqCst);
-        let since_progress = now.saturating_sub(work.progress.load(Ordering::SeqCst));
-        let idle = work.idle.load(Ordering::SeqCst);
-        if let Transport::Shm { exchange, .. } = &work.transport {
-            let unrung = work.unrung.load(Ordering::SeqCst);
-            if unrung != 0 && now.saturating_sub(unrung - 1) >= nanos(RING_LATE) {
-                work.ring(exchange);
+        let mut all_busy = true;
+        let mut all_waiting = true;
+        let mut latest_start = 0;
+        let mut due = now + horizon;
+        let mut ring_now = false;
+        for (index, &word) in words.iter().enumerate() {
+            let start = Activity::start(word);
+            all_busy &= word & BUSY != 0;
+            all_waiting &= word & AWAKE == 0;
+            latest_start = latest_start.max(start);
+            if word & UNRUNG != 0 && rung_for[index] != word {
+                let ring_due = start + nanos(RING_LATE);
+                if now >= ring_due {
+                    ring_now = true;
+                    rung_for[index] = word;
+                } else {
+                    due = due.min(ring_due);
+                }
             }
         }
-        let stalled = idle == 0
-            && since_progress >= nanos(STALL)
-            && runners < work.envs.len()
-            && work.pending();
-        if stalled {
-            match spawn_runner(work) {
-                Ok(handle) => lock(&work.spares).push(handle),
-                // No thread to spare: the commands wait for a runner.
-                Err(message) => eprintln!("rlpool worker: {message}"),
+        if let (true, Some(exchange)) = (ring_now, shm) {
+            exchange.ring();
+        }
+        if all_busy && runners < work.activity.len() {
+            let stall_due = latest_start + nanos(STALL);
+            if now < stall_due {
+                due = due.min(stall_due);
+            } else if work.pending() {
+                match spawn_runner(work, runners) {
+                    Ok(handle) => {
+                        lock(&work.spares).push(handle);
+                        runners += 1;
+                    }
+                    // No thread to spare: the commands wait for a runner
+                    // (the watcher tries again at its next look).
+                    Err(message) => {
+                        if !std::mem::replace(&mut told_no_spare, true) {
+                            eprintln!("rlpool worker: {message}");
+                        }
+                    }
+                }
             }
         }
         let guard = lock(&work.watcher_lock);
-        let quiet = idle == runners
-            && since_progress >= nanos(IDLE_AFTER)
-            && work.unrung.load(Ordering::SeqCst) == 0;
-        if quiet {
-            // SeqCst: pairs with `Work::wake_watcher` (see there).
-            work.watcher_asleep.store(true, Ordering::SeqCst);
-            if work.idle.load(Ordering::SeqCst) == work.runners.load(Ordering::SeqCst)
-                && !work.stop.load(Ordering::SeqCst)
-            {
-                // Until a runner starts a command (or stop); the timeout
-                // only bounds a lost wake-up.
-                let _ = work.wake_watcher.wait_timeout(guard, STOP_POLL);
-            }
-            work.watcher_asleep.store(false, Ordering::SeqCst);
+        // Relaxed: under `watcher_lock`, which the stopping main thread
+        // takes after its store of `stop` to notify `wake_watcher`.
+        if work.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        if all_waiting && now.saturating_sub(latest_start) >= nanos(IDLE_AFTER) {
+            doze(work, guard, runners);
         } else {
-            let _ = work.wake_watcher.wait_timeout(guard, WATCH);
+            let sleep = Duration::from_nanos(due.saturating_sub(work.now()));
+            // Woken early only by stop.
+            let _ = work.wake_watcher.wait_timeout(guard, sleep);
         }
     }
 }
 
-fn spawn_runner(work: &Arc<Work>) -> Result<JoinHandle<()>, String> {
-    let n = work.runners.fetch_add(1, Ordering::SeqCst);
-    // Counted idle until it takes a command.
-    work.idle.fetch_add(1, Ordering::SeqCst);
-    work.progress.store(work.now(), Ordering::SeqCst);
-    let for_runner = Arc::clone(work);
-    std::thread::Builder::new()
-        .name(format!("rlpool-runner-{n}"))
-        .spawn(move || run_commands(&for_runner))
-        .map_err(|e| format!("starting runner thread {n}: {e}"))
+/// The watcher sleeps (holding `guard` of `work.watcher_lock`) until a
+/// runner wakes from its wait for commands, or stop; [`STOP_POLL`] bounds
+/// the sleep should a wake-up be lost.
+fn doze(work: &Work, guard: std::sync::MutexGuard<'_, ()>, runners: usize) {
+    // SeqCst: pairs with the SeqCst store and load in `Work::runner_woke`
+    // (see there).
+    work.watcher_asleep.store(true, Ordering::SeqCst);
+    let all_waiting = work.activity[..runners]
+        .iter()
+        // SeqCst: see the store of `watcher_asleep` above.
+        .all(|activity| activity.word.load(Ordering::SeqCst) & AWAKE == 0);
+    let guard = if all_waiting {
+        work.wake_watcher
+            .wait_timeout(guard, STOP_POLL)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+    } else {
+        guard
+    };
+    // Relaxed: a runner that still sees the flag only wakes the watcher
+    // for nothing; the store is made under `watcher_lock`.
+    work.watcher_asleep.store(false, Ordering::Relaxed);
+    drop(guard);
 }
 
-/// A runner: takes commands (from the queue, or from the slots after a
-/// ring of the worker's bell) and runs them, until stop.
-fn run_commands(work: &Work) {
+/// Starts runner `index` (below `work.activity.len()`).
+fn spawn_runner(work: &Arc<Work>, index: usize) -> Result<JoinHandle<()>, String> {
+    // Relaxed: the thread's start orders it before the runner's own
+    // stores; the watcher that reads it is this thread, or starts later.
+    // Awake, and counted as having started a command now: not idle, and
+    // not stalled before STALL after it takes its first command.
+    work.activity[index]
+        .word
+        .store(Activity::word(work.now(), AWAKE), Ordering::Relaxed);
+    let for_runner = Arc::clone(work);
+    std::thread::Builder::new()
+        .name(format!("rlpool-runner-{index}"))
+        .spawn(move || run_commands(&for_runner, index))
+        .map_err(|e| format!("starting runner thread {index}: {e}"))
+}
+
+/// A runner (`index` in `work.activity`): takes commands (from the queue,
+/// or from the slots after a ring of the worker's bell) and runs them,
+/// until stop. Per command it reads the clock once and stores its
+/// [`Activity`] twice.
+fn run_commands(work: &Work, index: usize) {
+    let activity = &work.activity[index];
+    // When this runner's latest command started.
+    // Relaxed: written by this thread, or by the watcher before it started
+    // this thread.
+    let mut start = Activity::start(activity.word.load(Ordering::Relaxed));
     loop {
-        if work.stop.load(Ordering::SeqCst) {
+        // Relaxed: a hint; the waits below end at stop (a ring or a
+        // notification after the store of `stop`) or after STOP_POLL.
+        if work.stop.load(Ordering::Relaxed) {
             return;
         }
         match &work.transport {
             Transport::Queue { queue, ready } => {
+                let mut waited = false;
                 let next = {
                     let mut q = lock(queue);
-                    if q.is_empty() && !work.stop.load(Ordering::SeqCst) {
+                    // Relaxed: under the queue's lock, which the stopping
+                    // main thread takes after its store to notify `ready`.
+                    if q.is_empty() && !work.stop.load(Ordering::Relaxed) {
+                        activity.waiting(start);
+                        waited = true;
                         q = ready
                             .wait_timeout(q, STOP_POLL)
                             .unwrap_or_else(PoisonError::into_inner)
@@ -599,8 +750,14 @@ fn run_commands(work: &Work) {
                     }
                     q.pop_front()
                 };
+                if waited {
+                    work.runner_woke(activity, start);
+                }
                 if let Some((local, op, input)) = next {
-                    busy(work, || queue_command(work, local, op, &input));
+                    start = work.now();
+                    activity.begin(start, false);
+                    queue_command(work, local, op, &input);
+                    activity.end(start, false);
                 }
             }
             Transport::Shm {
@@ -612,55 +769,46 @@ fn run_commands(work: &Work) {
                 let ticket = bells.listen(*bell);
                 let mut ran = false;
                 // Results are published quietly and the parent's bell rung
-                // once per scan (or every `RING_EVERY` of a long one), so a
-                // sleeping parent wakes once per batch, not once per env;
-                // while this runner is inside a long step, the watcher
-                // rings for the results before it.
-                let mut unrung = false;
-                let mut rung_at = Instant::now();
+                // once per scan (or before a command once the oldest unrung
+                // result is RING_EVERY old), so a sleeping parent wakes
+                // once per batch, not once per env; while this runner is
+                // inside a long step, the watcher rings for the results
+                // before it. When the command after which results first
+                // waited for a ring started.
+                let mut unrung_since: Option<u64> = None;
                 for local in 0..work.envs.len() {
                     let slot = work.first + local;
                     if let Ok(Some(word)) = exchange.try_take_command(slot) {
                         ran = true;
-                        if !busy(work, || shm_command(work, exchange, local, word)) {
-                            work.ring(exchange);
+                        start = work.now();
+                        if unrung_since.is_some_and(|since| {
+                            start.saturating_sub(since) >= RING_EVERY.as_nanos() as u64
+                        }) {
+                            exchange.ring();
+                            unrung_since = None;
+                        }
+                        activity.begin(start, unrung_since.is_some());
+                        let go_on = shm_command(work, exchange, local, word);
+                        activity.end(start, true);
+                        if !go_on {
+                            exchange.ring();
                             return;
                         }
-                        unrung = true;
-                        if rung_at.elapsed() >= RING_EVERY {
-                            work.ring(exchange);
-                            unrung = false;
-                            rung_at = Instant::now();
-                        }
+                        unrung_since.get_or_insert(start);
                     }
                 }
-                if unrung {
-                    work.ring(exchange);
+                if unrung_since.is_some() {
+                    exchange.ring();
+                    activity.rang(start);
                 }
                 if !ran {
+                    activity.waiting(start);
                     bells.wait(*bell, ticket, Some(Instant::now() + STOP_POLL), RUNNER_SPIN);
+                    work.runner_woke(activity, start);
                 }
             }
         }
     }
-}
-
-/// The longest a published result waits for the ring that wakes the
-/// parent while its runner goes on with the other commands of its scan.
-const RING_EVERY: Duration = Duration::from_micros(20);
-
-/// How long a runner of the shm exchange spins on its bell before it
-/// sleeps: long enough to catch the next batch of a tight loop.
-const RUNNER_SPIN: Duration = Duration::from_micros(500);
-
-/// Runs `body` counted as busy (not idle), then records progress.
-fn busy<R>(work: &Work, body: impl FnOnce() -> R) -> R {
-    work.idle.fetch_sub(1, Ordering::SeqCst);
-    work.wake_watcher();
-    let out = body();
-    work.progress.store(work.now(), Ordering::SeqCst);
-    work.idle.fetch_add(1, Ordering::SeqCst);
-    out
 }
 
 /// Runs `op` on a hosted env, catching a panic; the failure as a message.
@@ -782,9 +930,6 @@ fn shm_command(work: &Work, exchange: &Exchange, local: usize, word: u32) -> boo
         }),
         Err(failed) => Err(failed),
     };
-    if published.is_ok() {
-        work.published_quietly();
-    }
     if let Err(failed) = published {
         if send(&work.writer, &failed).is_err() {
             return false;
@@ -796,6 +941,43 @@ fn shm_command(work: &Work, exchange: &Exchange, local: usize, word: u32) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An activity word keeps its start beside the flags, and each
+    /// runner's word has cache lines of its own.
+    #[test]
+    fn activity_words_keep_the_start_and_the_flags_apart() {
+        let start = Duration::from_secs(3600 * 24 * 365).as_nanos() as u64;
+        for flags in [
+            0,
+            AWAKE,
+            AWAKE | BUSY,
+            AWAKE | UNRUNG,
+            AWAKE | BUSY | UNRUNG,
+        ] {
+            let word = Activity::word(start, flags);
+            assert_eq!(Activity::start(word), start);
+            assert_eq!(word & (AWAKE | BUSY | UNRUNG), flags);
+        }
+        let activity = Activity::new(7);
+        activity.begin(8, true);
+        assert_eq!(
+            activity.word.load(Ordering::Relaxed),
+            Activity::word(8, AWAKE | BUSY | UNRUNG)
+        );
+        activity.end(8, true);
+        assert_eq!(
+            activity.word.load(Ordering::Relaxed),
+            Activity::word(8, AWAKE | UNRUNG)
+        );
+        activity.rang(8);
+        assert_eq!(
+            activity.word.load(Ordering::Relaxed),
+            Activity::word(8, AWAKE)
+        );
+        activity.waiting(8);
+        assert_eq!(activity.word.load(Ordering::Relaxed), Activity::word(8, 0));
+        assert!(std::mem::align_of::<Activity>() >= 128);
+    }
 
     #[test]
     fn command_words_round_trip_and_stay_below_stop() {
