@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use pool::{PoolStats, ResolvedExchange, StatValue};
+use pool::{ExchangeStats, ResolvedExchange, StatValue};
 
 use crate::args::BackendArg;
 use crate::drive::Tally;
@@ -36,7 +36,7 @@ pub(crate) struct Summary<'a> {
     /// The worker processes (empty for threads), reaped by now.
     pub(crate) worker_pids: Vec<u32>,
     /// The exchange statistics (none without shared memory).
-    pub(crate) stats: Option<PoolStats>,
+    pub(crate) stats: Option<ExchangeStats>,
 }
 
 /// A resolved exchange as written in the summary.
@@ -72,7 +72,7 @@ impl Summary<'_> {
         let stats: serde_json::Map<String, serde_json::Value> = self
             .stats
             .iter()
-            .flat_map(PoolStats::to_map)
+            .flat_map(ExchangeStats::to_map)
             .map(|(name, value)| (name.to_owned(), stat_json(value)))
             .collect();
         serde_json::json!({

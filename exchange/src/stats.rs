@@ -21,6 +21,7 @@
 //!   action; the busy fraction is that time over the time since the first
 //!   receive (or the last reset).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -64,6 +65,66 @@ pub struct ExchangeStats {
     /// Fraction of the time since the first receive during which at least
     /// one taken result waited for its action.
     pub consumer_busy_fraction: f64,
+}
+
+/// One value of [`ExchangeStats::to_map`]: a count, or a ratio or average.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum StatValue {
+    /// A count (printed as an integer).
+    Count(u64),
+    /// A ratio, an average, or milliseconds.
+    Float(f64),
+}
+
+impl StatValue {
+    /// The value as a float, whatever its kind.
+    pub fn as_f64(self) -> f64 {
+        match self {
+            StatValue::Count(n) => n as f64,
+            StatValue::Float(x) => x,
+        }
+    }
+}
+
+impl fmt::Display for StatValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StatValue::Count(n) => write!(f, "{n}"),
+            StatValue::Float(x) => match f.precision() {
+                Some(p) => write!(f, "{x:.p$}"),
+                None => write!(f, "{x}"),
+            },
+        }
+    }
+}
+
+impl ExchangeStats {
+    /// The statistics by TorchRL's names (`batches`, `items`,
+    /// `avg_batch_size`, `batch_fill_ratio`, `partial_batch_fraction`,
+    /// `avg_observation_to_batch_ms`, `avg_batch_to_action_ms`,
+    /// `consumer_busy_fraction`), for printing or a Python dict.
+    pub fn to_map(&self) -> BTreeMap<&'static str, StatValue> {
+        let ms = |d: Duration| StatValue::Float(d.as_secs_f64() * 1e3);
+        BTreeMap::from([
+            ("batches", StatValue::Count(self.batches)),
+            ("items", StatValue::Count(self.items)),
+            ("avg_batch_size", StatValue::Float(self.avg_batch_size)),
+            ("batch_fill_ratio", StatValue::Float(self.batch_fill_ratio)),
+            (
+                "partial_batch_fraction",
+                StatValue::Float(self.partial_batch_fraction),
+            ),
+            (
+                "avg_observation_to_batch_ms",
+                ms(self.avg_observation_to_batch),
+            ),
+            ("avg_batch_to_action_ms", ms(self.avg_batch_to_action)),
+            (
+                "consumer_busy_fraction",
+                StatValue::Float(self.consumer_busy_fraction),
+            ),
+        ])
+    }
 }
 
 /// One line: `2 batches, 4 items (2.00 per batch), fill 57.1%, partial
@@ -223,6 +284,38 @@ impl StatsState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_map_has_torchrl_names_and_integer_counts() {
+        let stats = ExchangeStats {
+            batches: 2,
+            items: 4,
+            avg_batch_size: 2.0,
+            avg_observation_to_batch: Duration::from_micros(1500),
+            ..ExchangeStats::default()
+        };
+        let map = stats.to_map();
+        assert_eq!(
+            map.keys().copied().collect::<Vec<_>>(),
+            [
+                "avg_batch_size",
+                "avg_batch_to_action_ms",
+                "avg_observation_to_batch_ms",
+                "batch_fill_ratio",
+                "batches",
+                "consumer_busy_fraction",
+                "items",
+                "partial_batch_fraction",
+            ]
+        );
+        assert_eq!(map["batches"].to_string(), "2");
+        assert_eq!(format!("{:.4}", map["items"]), "4");
+        assert_eq!(map["avg_observation_to_batch_ms"], StatValue::Float(1.5));
+        assert_eq!(map["avg_batch_size"].as_f64(), 2.0);
+        assert!(stats
+            .to_string()
+            .starts_with("2 batches, 4 items (2.00 per batch)"));
+    }
 
     const MS: u64 = 1_000_000;
 

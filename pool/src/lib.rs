@@ -74,7 +74,6 @@ mod dispatch;
 mod error;
 mod pool;
 mod pool_specs;
-mod stats;
 mod target;
 
 pub use crate::batch::Batch;
@@ -82,8 +81,9 @@ pub use crate::config::{Backend, EnvMaker, ResolvedExchange, StackMode};
 pub use crate::error::{EnvFailure, PoolError};
 pub use crate::pool::{AsyncEnvPool, PoolBuilder};
 pub use crate::pool_specs::PoolSpecs;
-pub use crate::stats::{PoolStats, StatValue};
 pub use crate::target::{Recv, Target};
+#[doc(inline)]
+pub use exchange::{ExchangeStats, StatValue};
 
 #[doc(inline)]
 pub use envs;

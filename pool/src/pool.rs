@@ -15,7 +15,9 @@ use pool_core::Op;
 use tensordict::{NonTensor, TensorDict};
 
 use crate::dispatch::Dispatch;
-use crate::{Batch, PoolError, PoolSpecs, PoolStats, Recv, ResolvedExchange, StackMode, Target};
+use crate::{
+    Batch, ExchangeStats, PoolError, PoolSpecs, Recv, ResolvedExchange, StackMode, Target,
+};
 
 use self::book::{Book, EnvState, Job, Spare, Taken};
 pub use self::builder::PoolBuilder;
@@ -187,9 +189,27 @@ impl AsyncEnvPool {
     /// TorchRL's `stats()`: `None` without a shared-memory exchange (threads,
     /// or the queue exchange), as TorchRL returns an empty dict there. With
     /// `reset`, the counters start again after this snapshot.
-    pub fn stats(&self, reset: bool) -> Option<PoolStats> {
+    /// [`ExchangeStats::to_map`] gives them by TorchRL's names.
+    ///
+    /// ```
+    /// use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions, StatValue};
+    /// use pool::envs::Kwargs;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # pool::init();
+    /// let pool = AsyncEnvPool::builder()
+    ///     .backend(Backend::Multiprocessing(ProcOptions::default().exchange(ExchangeMode::Shm)))
+    ///     .registered_n("CountingEnv", 2, Kwargs::new())
+    ///     .build()?;
+    /// pool.reset(None)?;
+    /// let stats = pool.stats(false).expect("the shm exchange keeps statistics");
+    /// assert_eq!((stats.batches, stats.items), (1, 2));
+    /// // TorchRL's names, counts as integers.
+    /// assert_eq!(stats.to_map()["items"], StatValue::Count(2));
+    /// # Ok(()) }
+    /// ```
+    pub fn stats(&self, reset: bool) -> Option<ExchangeStats> {
         match &self.backend {
-            Dispatch::Procs(b) => b.stats(reset).map(PoolStats::from),
+            Dispatch::Procs(b) => b.stats(reset),
             Dispatch::Threads(_) => None,
         }
     }
