@@ -93,7 +93,7 @@ fn git_commit() -> String {
 }
 
 /// The trimmed standard output of a command run at the root, or `unknown`.
-fn output_of(program: &str, args: &[&str]) -> String {
+pub(crate) fn output_of(program: &str, args: &[&str]) -> String {
     Command::new(program)
         .args(args)
         .current_dir(root())

@@ -233,21 +233,12 @@ fn capture(name: &str, mut command: Command) -> Result<String, String> {
     }
 }
 
-/// The first line a command prints, or `"?"`.
+/// The first line a command run at the root prints, or `"?"`.
 fn first_line(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
-        .current_dir(root())
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .and_then(|out| {
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .next()
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| "?".to_string())
+    match crate::anchors::output_of(program, args) {
+        out if out == "unknown" => "?".to_owned(),
+        out => out.lines().next().unwrap_or("?").to_owned(),
+    }
 }
 
 /// Date, commit and machine of this run, as one paragraph.
