@@ -42,6 +42,12 @@ where
     } else {
         let mut order: SmallVec<[usize; INLINE_ENVS]> = (0..envs.len()).collect();
         order.sort_unstable_by_key(|&j| envs[j]);
+        // A repeated env would lock its cell twice: a hang. The facade never
+        // asks for one; a caller that does is a bug, stopped here.
+        assert!(
+            order.windows(2).all(|pair| envs[pair[0]] != envs[pair[1]]),
+            "peek_cells: env repeated in {envs:?}"
+        );
         guards.extend(envs.iter().map(|_| None));
         for j in order {
             let mut cell = lock_cell(envs[j]);

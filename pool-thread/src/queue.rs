@@ -112,6 +112,9 @@ impl WorkQueue {
             let first = stolen.pop_front();
             if !stolen.is_empty() {
                 lock(&self.queues[own]).extend(stolen);
+                // A worker that looked while these jobs were in neither
+                // queue may have gone to sleep: they are takeable again.
+                self.pushed.notify();
             }
             return first;
         }

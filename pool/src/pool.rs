@@ -311,14 +311,10 @@ impl AsyncEnvPool {
                 self.release(&[env]);
                 Ok(result)
             }
-            Err(
-                err @ (PoolError::EnvFailed { .. }
-                | PoolError::WorkerDied { .. }
-                | PoolError::Backend(_)
-                | PoolError::Proc(_)),
-            ) => {
-                // The env itself failed (or its worker): its error is its
-                // result.
+            Err(err) if self.backend().first_failed(&[env]).is_some() => {
+                // The env itself failed (or its worker), whatever the kind
+                // of error: its error is its result (as a batch receive
+                // takes it).
                 self.release(&[env]);
                 Err(err)
             }
