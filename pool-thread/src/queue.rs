@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use smallvec::SmallVec;
 use tensordict::TensorDict;
 
 use crate::Op;
@@ -121,14 +122,24 @@ impl WorkQueue {
         None
     }
 
-    /// Takes one queued job from the back of any queue (a helping
-    /// receiver's), without waiting. `None` if every queue is empty or the
-    /// queue is stopped.
-    pub(crate) fn try_pop_any(&self) -> Option<Job> {
+    /// Takes up to `max` jobs from the back of the first queue that has
+    /// any, under one lock, into `out` (for a helping receiver, which must
+    /// wait for every one of them anyway: nobody else waits on the jobs it
+    /// holds). Returns how many it took.
+    pub(crate) fn take_any(&self, max: usize, out: &mut SmallVec<[Job; HELP_CHUNK]>) -> usize {
         if self.stop.load(Ordering::Acquire) {
-            return None;
+            return 0;
         }
-        self.queues.iter().find_map(|queue| lock(queue).pop_back())
+        for queue in &self.queues {
+            let mut queue = lock(queue);
+            let take = queue.len().min(max);
+            if take > 0 {
+                let len = queue.len();
+                out.extend(queue.drain(len - take..));
+                return take;
+            }
+        }
+        0
     }
 
     /// Takes the next job of worker `worker`, as [`WorkQueue::try_pop`].
@@ -188,12 +199,14 @@ mod tests {
         // runs now and 3 stays stealable in worker 1's queue.
         assert_eq!(pop(1), Some(2));
         assert!(!queue.own_is_empty(1));
-        assert_eq!(queue.try_pop_any().map(|j| j.env), Some(1));
+        let mut helped = SmallVec::new();
+        assert_eq!(queue.take_any(1, &mut helped), 1);
+        assert_eq!(helped[0].env, 1);
         assert_eq!(pop(0), Some(0));
         // Worker 0 steals worker 1's last one.
         assert_eq!(pop(0), Some(3));
         assert_eq!(pop(0), None);
-        assert!(queue.try_pop_any().is_none());
+        assert_eq!(queue.take_any(HELP_CHUNK, &mut SmallVec::new()), 0);
         queue.stop();
         assert!(queue.pop(0).is_none());
     }
@@ -211,7 +224,9 @@ mod tests {
         let mut taken: Vec<usize> = std::iter::from_fn(|| queue.try_pop(1).map(|j| j.env))
             .take(4)
             .collect();
-        taken.extend(std::iter::from_fn(|| queue.try_pop_any().map(|j| j.env)));
+        let mut helped = SmallVec::new();
+        while queue.take_any(2, &mut helped) > 0 {}
+        taken.extend(helped.iter().map(|j| j.env));
         taken.sort_unstable();
         assert_eq!(taken, (1..8).collect::<Vec<_>>());
     }

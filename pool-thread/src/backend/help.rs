@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use pool_core::spin::HELP_MAX_ENV_TIME;
+use smallvec::SmallVec;
 
 use super::worker::{run_job, StepTiming};
 use super::ThreadBackend;
@@ -32,15 +33,14 @@ impl ThreadBackend {
             return false;
         }
         let mut timing = StepTiming::new();
-        let mut ran = 0;
-        while ran < HELP_CHUNK {
-            let Some(job) = self.shared.queue.try_pop_any() else {
-                break;
-            };
+        // Taken under one lock: the receiver waits for every queued env
+        // anyway, so nobody waits on the jobs it holds while it runs one.
+        let mut jobs = SmallVec::new();
+        let ran = self.shared.queue.take_any(HELP_CHUNK, &mut jobs);
+        for job in &jobs {
             timing.start(job.op);
-            run_job(&self.shared, &job);
+            run_job(&self.shared, job);
             timing.ran(&self.shared.env_nanos);
-            ran += 1;
         }
         // The run ends here (the helper returns to its receive).
         timing.end(&self.shared.env_nanos);
