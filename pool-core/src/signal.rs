@@ -5,7 +5,7 @@
 //! the current ones.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::lock;
@@ -34,6 +34,9 @@ pub struct Signal {
     epoch: AtomicU64,
     lock: Mutex<()>,
     condvar: Condvar,
+    /// The longest one sleep lasts before a wait returns to its caller to
+    /// look at the state again (`None`: until woken or the deadline).
+    max_sleep: Option<Duration>,
 }
 
 impl Default for Signal {
@@ -46,11 +49,23 @@ impl Default for Signal {
             epoch: AtomicU64::new(0),
             lock: Mutex::new(()),
             condvar: Condvar::new(),
+            max_sleep: None,
         }
     }
 }
 
 impl Signal {
+    /// A signal whose waits sleep at most `max_sleep` at a time, then
+    /// return to their caller (which looks at the state it waits on again
+    /// and waits anew): for waiters that must also notice events their
+    /// notifiers have not counted yet.
+    pub fn with_max_sleep(max_sleep: Duration) -> Signal {
+        Signal {
+            max_sleep: Some(max_sleep),
+            ..Signal::default()
+        }
+    }
+
     /// The number of events so far.
     #[inline]
     pub fn generation(&self) -> u64 {
@@ -130,6 +145,8 @@ impl Signal {
     /// Waits until the generation reaches `target`, a `wake_all` moves the
     /// epoch past `epoch`, the signal is closed, or `deadline` passes;
     /// returns the generation then. Spins up to `spin` before sleeping.
+    /// With [`Signal::with_max_sleep`], also returns after one sleep of
+    /// that length: the caller looks again and waits anew.
     pub fn wait_for(
         &self,
         target: u64,
@@ -168,19 +185,30 @@ impl Signal {
                 self.sleepers.fetch_sub(1, Ordering::SeqCst);
                 return now;
             }
-            match deadline {
-                None => guard = self.condvar.wait(guard).unwrap_or_else(|p| p.into_inner()),
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        self.sleepers.fetch_sub(1, Ordering::SeqCst);
-                        return now;
-                    }
-                    guard = self
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|left| left.is_zero()) {
+                self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                return now;
+            }
+            let nap = match (left, self.max_sleep) {
+                (None, None) => None,
+                (Some(left), None) => Some(left),
+                (None, Some(max)) => Some(max),
+                (Some(left), Some(max)) => Some(left.min(max)),
+            };
+            match nap {
+                None => guard = self.condvar.wait(guard).unwrap_or_else(PoisonError::into_inner),
+                Some(nap) => {
+                    let (woken, timeout) = self
                         .condvar
-                        .wait_timeout(guard, left)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
+                        .wait_timeout(guard, nap)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    guard = woken;
+                    if timeout.timed_out() && self.max_sleep.is_some() {
+                        // The caller looks at its state again.
+                        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                        return self.generation.load(Ordering::SeqCst);
+                    }
                 }
             }
         }

@@ -35,6 +35,28 @@ pub const SPINS_PER_YIELD: u32 = 2;
 /// `spin_loop` hints in a round that does not yield.
 pub const PAUSES: u32 = 3;
 
+/// The longest a receiver of the threading backend sleeps at a time
+/// before it looks again, and publishes results that a worker holds while
+/// it is inside a long step (see [`PUBLISH_RUN`]).
+pub const RECEIVER_RESCAN: Duration = Duration::from_millis(1);
+
+/// A worker of the threading backend publishes the results of quick envs
+/// in runs (their batch rows written column by column under one lock, one
+/// count on the receivers' signal) of about this much stepping, at most
+/// [`PUBLISH_RUN_ENVS`] envs, and whenever its queue runs dry; an env that
+/// steps slower is published alone. A result held while its worker is
+/// inside a step that runs long is published by a waiting receiver
+/// instead ([`RECEIVER_RESCAN`], [`RESCUE_AFTER`]), so that no result waits
+/// on another env's step for much longer than a millisecond.
+pub const PUBLISH_RUN: Duration = Duration::from_micros(10);
+
+/// The most envs of one run of results ([`PUBLISH_RUN`]).
+pub const PUBLISH_RUN_ENVS: usize = 16;
+
+/// How long a run of held results ([`PUBLISH_RUN`]) may wait for its
+/// worker before a waiting receiver publishes it.
+pub const RESCUE_AFTER: Duration = Duration::from_micros(500);
+
 /// A receiver of the threading backend runs queued envs itself
 /// (`ThreadBackend::help`) only while env steps take less than this on
 /// average: for envs that quick, handing a core back and forth with a

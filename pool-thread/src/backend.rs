@@ -31,6 +31,7 @@ use crate::ThreadError;
 
 use self::cell::{sync_root, Cell};
 use self::inputs::Inputs;
+use self::worker::Held;
 
 mod cell;
 mod help;
@@ -74,8 +75,25 @@ struct Shared {
     receiver_spin: std::time::Duration,
     /// About how long a recent env step took, in nanoseconds (a moving
     /// average over runs of steps, updated by whoever ran them): receivers
-    /// help only while envs are quick.
+    /// help only while envs are quick, and workers publish quick envs'
+    /// results in runs.
     env_nanos: AtomicU64,
+    /// Per worker: the results it ran but has not published yet (a run:
+    /// `worker.rs`), each with whether it failed. Locked before any cell.
+    held: Vec<Mutex<Held>>,
+    /// Per worker: when the oldest of its held results was run (ns since
+    /// `clock`, plus one; 0: none), for receivers to publish a run whose
+    /// worker is inside a long step. A hint: `held` is read under its lock.
+    held_since: Vec<AtomicU64>,
+    /// The origin of `held_since`.
+    clock: Instant,
+}
+
+impl Shared {
+    /// Nanoseconds since `clock`.
+    fn now(&self) -> u64 {
+        u64::try_from(self.clock.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
 }
 
 /// Envs stepped by worker threads. Each env lives in a slot; a send copies
@@ -267,7 +285,21 @@ impl ThreadBackend {
     /// deadline; returns the generation then. Spins briefly, then sleeps.
     #[doc(hidden)]
     pub fn wait(&self, seen: u64, deadline: Option<Instant>) -> u64 {
-        self.shared.done.wait(seen, deadline)
+        let generation = self.shared.done.wait(seen, deadline);
+        if generation == seen {
+            self.rescue();
+        }
+        generation
+    }
+
+    /// Publishes the runs of results that workers have held for longer than
+    /// `RESCUE_AFTER` (their worker is inside a long step): a receiver that
+    /// waits or looks again calls it, so that no finished result waits on
+    /// another env's step for much longer than that. Cheap when nothing is
+    /// held: one load per worker.
+    #[doc(hidden)]
+    pub fn rescue(&self) {
+        worker::rescue(&self.shared);
     }
 
     /// The number of [`ThreadBackend::wake_receivers`] calls so far; read it
@@ -299,7 +331,11 @@ impl ThreadBackend {
             .shared
             .receiver_spin
             .saturating_sub(waiting_since.elapsed());
-        self.shared.done.wait_for(target, epoch, deadline, spin)
+        let generation = self.shared.done.wait_for(target, epoch, deadline, spin);
+        if generation < target {
+            self.rescue();
+        }
+        generation
     }
 
     /// Reads env `env`'s result without taking it: calls `read` on it while

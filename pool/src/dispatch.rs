@@ -71,10 +71,15 @@ impl Dispatch {
 
     pub(crate) fn listen(&self) -> Ticket {
         match self {
-            Dispatch::Threads(b) => Ticket::Threads {
-                generation: b.generation(),
-                epoch: b.epoch(),
-            },
+            Dispatch::Threads(b) => {
+                // Results a worker holds while inside a long step are
+                // published by whoever looks.
+                b.rescue();
+                Ticket::Threads {
+                    generation: b.generation(),
+                    epoch: b.epoch(),
+                }
+            }
             Dispatch::Procs(b) => Ticket::Procs(b.listen()),
         }
     }

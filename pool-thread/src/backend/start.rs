@@ -6,14 +6,17 @@ use std::num::NonZeroUsize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
-use pool_core::spin::{HELP_MAX_ENV_TIME, RECEIVER_SPIN, RECEIVER_SPIN_NO_SPARE_CORE};
+use pool_core::spin::{
+    HELP_MAX_ENV_TIME, RECEIVER_RESCAN, RECEIVER_SPIN, RECEIVER_SPIN_NO_SPARE_CORE,
+};
 use pool_core::{lock, BatchRows, Op, Phases, Runner, Signal};
 use tensordict::TensorDict;
 
 use super::cell::Cell;
 use super::inputs::Inputs;
-use super::worker::worker_loop;
+use super::worker::{worker_loop, Held};
 use super::{EnvFactory, Shared, ThreadBackend};
 use crate::queue::WorkQueue;
 use crate::{Rows, ThreadError, ThreadOptions};
@@ -93,11 +96,15 @@ impl ThreadBackend {
             cells,
             batch,
             queue: WorkQueue::new(workers, cells_len),
-            done: Signal::default(),
+            done: Signal::with_max_sleep(RECEIVER_RESCAN),
             workers,
             receiver_spin,
-            // No helping until runs of steps showed quick envs.
+            // No helping, and no runs of results, until runs of steps
+            // showed quick envs.
             env_nanos: AtomicU64::new(HELP_MAX_ENV_TIME.as_nanos() as u64),
+            held: (0..workers).map(|_| Mutex::new(Held::new())).collect(),
+            held_since: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+            clock: Instant::now(),
         });
         // A pinned worker reports whether it could pin itself before it
         // takes any work.

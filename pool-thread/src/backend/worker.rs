@@ -1,27 +1,41 @@
 //! The worker loop of the threading backend: a worker takes its envs one at
-//! a time, runs each (`run_job`), copies its result into its batch rows and
-//! publishes it at once; and the moving average of env step times
-//! (`StepTiming`) that decides whether receivers help.
+//! a time, runs each, and publishes the results of quick envs in short runs
+//! (`publish`: batch rows, phases, one count), which a receiver publishes
+//! instead when the worker is inside a long step (`rescue`); a helping
+//! receiver's own step (`run_job`); and the moving average of env step
+//! times (`StepTiming`) that decides whether receivers help and how long a
+//! run is.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
+use pool_core::spin::{PUBLISH_RUN, PUBLISH_RUN_ENVS, RESCUE_AFTER};
 use pool_core::{lock, Op};
+use smallvec::SmallVec;
 
-use super::cell::{prepare, run_cell, sync_root};
+use super::cell::{prepare, run_cell, sync_root, Cell};
 use super::Shared;
 use crate::queue::Job;
 
-/// A worker: takes its envs one at a time and publishes each result as
-/// soon as it is ready, so that no result waits on another env's step and
-/// no queued env waits behind one (another worker can take it meanwhile).
+/// A worker: takes its envs one at a time (the others stay in its queue,
+/// where another worker or a helping receiver can take them), runs each,
+/// and publishes the results of quick envs in runs: about `PUBLISH_RUN` of
+/// stepping, at most `PUBLISH_RUN_ENVS` envs, their batch rows written under
+/// one lock and one count on the receivers' signal; and whenever its queue
+/// runs dry. An env that steps slower is published alone. A run held while
+/// its worker is inside a step that runs long is published by a receiver
+/// (`rescue`), so that no result waits on another env's step for much
+/// longer than `RESCUE_AFTER`.
 pub(super) fn worker_loop(shared: &Shared, worker: usize) {
     let mut timing = StepTiming::new();
     loop {
         let job = match shared.queue.try_pop(worker) {
             Some(job) => job,
             None => {
-                // Nothing queued: the run of steps ends before the wait.
+                // Nothing queued: the results held are published, and the
+                // run of steps ends, before the wait.
+                publish(shared, worker, &mut lock(&shared.held[worker]));
                 timing.end(&shared.env_nanos);
                 match shared.queue.pop(worker) {
                     Some(job) => job,
@@ -30,9 +44,128 @@ pub(super) fn worker_loop(shared: &Shared, worker: usize) {
             }
         };
         timing.start(job.op);
-        run_job(shared, &job);
+        let failed = run_only(shared, &job);
         timing.ran(&shared.env_nanos);
+        let run = run_envs(shared);
+        let mut held = lock(&shared.held[worker]);
+        if held.is_empty() {
+            // Relaxed: a hint for receivers, who read `held` under its lock.
+            shared.held_since[worker].store(shared.now() + 1, Ordering::Relaxed);
+        }
+        held.push((job.env, failed));
+        if held.len() >= run {
+            publish(shared, worker, &mut held);
+        }
     }
+}
+
+/// The results a worker has run but not published: each env with whether
+/// it failed.
+pub(super) type Held = SmallVec<[(usize, bool); PUBLISH_RUN_ENVS]>;
+
+/// How many results a worker publishes at once: about `PUBLISH_RUN` of
+/// steps at the recent average step time, at least one, at most
+/// `PUBLISH_RUN_ENVS`.
+fn run_envs(shared: &Shared) -> usize {
+    let step = shared.env_nanos.load(Ordering::Relaxed).max(1);
+    let run = u64::try_from(PUBLISH_RUN.as_nanos()).unwrap_or(u64::MAX) / step;
+    usize::try_from(run).map_or(PUBLISH_RUN_ENVS, |run| run.clamp(1, PUBLISH_RUN_ENVS))
+}
+
+/// Publishes the runs that workers have held for `RESCUE_AFTER` or longer
+/// (a receiver's part: see [`worker_loop`]). A run whose lock is taken is
+/// being published or added to by its worker: left to it.
+pub(super) fn rescue(shared: &Shared) {
+    let mut now = None;
+    for worker in 0..shared.held.len() {
+        // Relaxed: a hint; `held` is read under its lock.
+        let since = shared.held_since[worker].load(Ordering::Relaxed);
+        if since == 0 {
+            continue;
+        }
+        let now = *now.get_or_insert_with(|| shared.now());
+        if now.saturating_sub(since - 1) < nanos(RESCUE_AFTER) {
+            continue;
+        }
+        let held = match shared.held[worker].try_lock() {
+            Ok(held) => Some(held),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        if let Some(mut held) = held {
+            publish(shared, worker, &mut held);
+        }
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Publishes worker `worker`'s held results (under the lock of its
+/// `held`): their cells locked in ascending env order, their results
+/// copied into the batch rows under one lock, then each published (its
+/// phase), then one count per result on the receivers' signal.
+fn publish(shared: &Shared, worker: usize, held: &mut Held) {
+    if held.is_empty() {
+        return;
+    }
+    held.sort_unstable_by_key(|&(env, _)| env);
+    let mut cells: SmallVec<[MutexGuard<'_, Cell>; PUBLISH_RUN_ENVS]> =
+        held.iter().map(|&(env, _)| lock(&shared.cells[env])).collect();
+    let mut root_in_row: SmallVec<[bool; PUBLISH_RUN_ENVS]> = SmallVec::new();
+    match &shared.batch {
+        Some(batch) => {
+            let mut rows = lock(batch);
+            for (&(env, failed), cell) in held.iter().zip(&cells) {
+                root_in_row.push(if failed {
+                    // None of its rows holds its result.
+                    rows.mark(env, 0);
+                    false
+                } else {
+                    rows.store(
+                        env,
+                        cell.op,
+                        &cell.runner.next,
+                        &cell.runner.root,
+                        cell.runner.root_is_next(),
+                    )
+                });
+            }
+        }
+        None => root_in_row.extend(held.iter().map(|_| false)),
+    }
+    // A deferred root that is not in its row is brought up to date in its
+    // cell now, so that a failure to (an env that changed its layout) is
+    // this env's failure, reported like any other.
+    for ((held, cell), &in_row) in held.iter_mut().zip(&mut cells).zip(&root_in_row) {
+        if !in_row && !held.1 && sync_root(held.0, cell) {
+            held.1 = true;
+        }
+    }
+    let generation = shared.done.generation();
+    for &(env, failed) in held.iter() {
+        // Relaxed: read only after the Acquire of DONE below.
+        shared.published[env].store(generation, Ordering::Relaxed);
+        // The result written under the cell's lock (and into the batch
+        // rows) is visible to whoever sees DONE.
+        shared.phases.publish(env, failed);
+    }
+    drop(cells);
+    // Relaxed: a hint (see `Shared::held_since`).
+    shared.held_since[worker].store(0, Ordering::Relaxed);
+    let count = held.len() as u64;
+    held.clear();
+    // One count per result; a sleeping receiver is woken only once the
+    // count it waits for is reached (`Signal::notify_n`).
+    shared.done.notify_n(count);
+}
+
+/// Runs one env (its input copied in first) under its cell's lock, for a
+/// worker's run; returns whether it failed. Publishing is [`publish`]'s.
+fn run_only(shared: &Shared, job: &Job) -> bool {
+    let mut cell = lock(&shared.cells[job.env]);
+    prepare(job, &mut cell) || run_cell(job.env, &mut cell)
 }
 
 /// The times of a run of env steps, folded into `Shared::env_nanos` once
