@@ -2,6 +2,7 @@
 //! envs (EnvPool's state buffer), with per-env flags saying which rows are
 //! current, shared by both backends.
 
+use smallvec::SmallVec;
 use tensordict::TensorDict;
 
 use crate::Op;
@@ -202,6 +203,73 @@ impl BatchRows {
         self.flags[env] = flags;
         copied
     }
+
+    /// [`BatchRows::store`] for several envs at once (`envs[j]` with
+    /// `op[j]`, `next[j]`, `root[j]`, `root_is_next[j]`): each batch's
+    /// columns written once for all of them, not once per env. Sets
+    /// `copied[j]` as `store` returns it. Envs whose results do not fit
+    /// their rows (an env that changed its layout) are stored one by one,
+    /// so that only they are left unmarked.
+    pub fn store_many(
+        &mut self,
+        envs: &[usize],
+        op: &[Op],
+        next: &[&TensorDict],
+        root: &[&TensorDict],
+        root_is_next: &[bool],
+        copied: &mut [bool],
+    ) {
+        const RUN: usize = 16;
+        let one_by_one = |rows: &mut BatchRows, copied: &mut [bool]| {
+            for j in 0..envs.len() {
+                copied[j] = rows.store(envs[j], op[j], next[j], root[j], root_is_next[j]);
+            }
+        };
+        if envs.len() > RUN {
+            return one_by_one(self, copied);
+        }
+        let mut steps: SmallVec<[usize; RUN]> = SmallVec::new();
+        let mut step_rows: SmallVec<[&TensorDict; RUN]> = SmallVec::new();
+        let mut own_roots: SmallVec<[usize; RUN]> = SmallVec::new();
+        let mut own_root_rows: SmallVec<[&TensorDict; RUN]> = SmallVec::new();
+        let mut next_roots: SmallVec<[usize; RUN]> = SmallVec::new();
+        for j in 0..envs.len() {
+            if op[j] != Op::Reset {
+                steps.push(envs[j]);
+                step_rows.push(next[j]);
+            }
+            if op[j] != Op::Step {
+                if root_is_next[j] {
+                    next_roots.push(envs[j]);
+                } else {
+                    own_roots.push(envs[j]);
+                    own_root_rows.push(root[j]);
+                }
+            }
+        }
+        let fits = (steps.is_empty() || self.next.write_rows_at(&steps, &step_rows).is_ok())
+            && (own_roots.is_empty()
+                || self.root.write_rows_at(&own_roots, &own_root_rows).is_ok())
+            && (next_roots.is_empty()
+                || self
+                    .root
+                    .fill_rows_from(&next_roots, &self.next, &next_roots)
+                    .is_ok());
+        if !fits {
+            return one_by_one(self, copied);
+        }
+        for j in 0..envs.len() {
+            let mut flags = 0;
+            if op[j] != Op::Reset {
+                flags |= NEXT_ROW;
+            }
+            if op[j] != Op::Step {
+                flags |= ROOT_ROW;
+            }
+            copied[j] = op[j] != Op::Step && root_is_next[j];
+            self.flags[envs[j]] = flags;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -255,6 +323,52 @@ mod tests {
         rows.store(2, Op::Reset, &td(0.0), &other, false);
         assert_eq!(rows.flags(2), 0);
         assert!(rows.gather(Op::Reset, &[2]).is_none());
+    }
+
+    /// Storing several envs at once marks and copies as storing them one by
+    /// one does; a result that does not fit falls back to one by one and
+    /// leaves only its own rows unmarked.
+    #[test]
+    fn store_many_is_store_for_each() {
+        let (nexts, roots): (Vec<TensorDict>, Vec<TensorDict>) =
+            (0..3).map(|i| (td(i as f32), td(10.0 + i as f32))).unzip();
+        let nexts_ref: Vec<&TensorDict> = nexts.iter().collect();
+        let roots_ref: Vec<&TensorDict> = roots.iter().collect();
+        let mut rows = BatchRows::stacked(&nexts_ref, &roots_ref).unwrap();
+        let (a, b, c) = (td(5.0), td(6.0), td(7.0));
+        let mut copied = [true; 3];
+        rows.store_many(
+            &[0, 1, 2],
+            &[Op::Step, Op::StepAndMaybeReset, Op::Reset],
+            &[&a, &b, &td(0.0)],
+            &[&td(0.0), &td(0.0), &c],
+            &[false, true, false],
+            &mut copied,
+        );
+        assert_eq!(copied, [false, true, false]);
+        assert_eq!(
+            [rows.flags(0), rows.flags(1), rows.flags(2)],
+            [NEXT_ROW, NEXT_ROW | ROOT_ROW, ROOT_ROW]
+        );
+        let (next, _) = rows.gather(Op::Step, &[0, 1]).unwrap();
+        assert_eq!(column(&next.unwrap()), vec![5.0, 5.0, 6.0, 6.0]);
+        let (_, root) = rows.gather(Op::Reset, &[1, 2]).unwrap();
+        assert_eq!(column(&root.unwrap()), vec![6.0, 6.0, 7.0, 7.0]);
+
+        let mut other = TensorDict::new(&[]);
+        other.set("y", Tensor::full(&[2], 1.0f32)).unwrap();
+        let mut copied = [false; 2];
+        rows.store_many(
+            &[0, 2],
+            &[Op::Step, Op::Step],
+            &[&td(9.0), &other],
+            &[&td(0.0), &td(0.0)],
+            &[false, false],
+            &mut copied,
+        );
+        assert_eq!([rows.flags(0), rows.flags(2)], [NEXT_ROW, 0]);
+        let (next, _) = rows.gather(Op::Step, &[0]).unwrap();
+        assert_eq!(column(&next.unwrap()), vec![9.0, 9.0]);
     }
 
     /// A stale cell is filled from its rows once.

@@ -197,7 +197,12 @@ impl Signal {
                 (Some(left), Some(max)) => Some(left.min(max)),
             };
             match nap {
-                None => guard = self.condvar.wait(guard).unwrap_or_else(PoisonError::into_inner),
+                None => {
+                    guard = self
+                        .condvar
+                        .wait(guard)
+                        .unwrap_or_else(PoisonError::into_inner)
+                }
                 Some(nap) => {
                     let (woken, timeout) = self
                         .condvar

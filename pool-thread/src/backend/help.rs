@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use pool_core::spin::HELP_MAX_ENV_TIME;
 use smallvec::SmallVec;
 
-use super::worker::{run_job, StepTiming};
+use super::worker::{publish_run, run_only, Held, StepTiming};
 use super::ThreadBackend;
 use crate::queue::HELP_CHUNK;
 
@@ -37,13 +37,17 @@ impl ThreadBackend {
         // anyway, so nobody waits on the jobs it holds while it runs one.
         let mut jobs = SmallVec::new();
         let ran = self.shared.queue.take_any(HELP_CHUNK, &mut jobs);
+        let mut done = Held::new();
         for job in &jobs {
             timing.start(job.op);
-            run_job(&self.shared, job);
+            let failed = run_only(&self.shared, job);
             timing.ran(&self.shared.env_nanos);
+            done.push((job.env, failed));
         }
-        // The run ends here (the helper returns to its receive).
+        // The run ends here (the helper returns to its receive); its
+        // results are published together.
         timing.end(&self.shared.env_nanos);
+        publish_run(&self.shared, &mut done);
         ran > 0
     }
 }

@@ -106,10 +106,13 @@ fn a_receiver_helps_only_while_envs_are_quick_and_workers_are_not_pinned() {
 /// behind a step that does not return is taken by the other worker:
 /// with env `stuck` stuck in its step (first or second of worker 0's
 /// envs), every other env's result is published while it is still
-/// stuck (no timing involved: the held env waits until released).
+/// stuck (no timing involved: the held env waits until released). Also
+/// with steps that look quick, so that a worker holds its results for a
+/// run: the result it holds when it enters the stuck env is published by
+/// the waiting receiver (`rescue`).
 #[test]
 fn results_do_not_wait_for_a_stuck_env() {
-    for stuck in [0, 1] {
+    for (stuck, in_runs) in [(0, false), (1, false), (0, true), (1, true)] {
         let hold = Arc::new(AtomicBool::new(false));
         let ran_on = Arc::new(Mutex::new(Vec::new()));
         let factories: Vec<EnvFactory> = (0..8)
@@ -128,6 +131,10 @@ fn results_do_not_wait_for_a_stuck_env() {
             .set("action", tensordict::Tensor::full(&[8, 1], 1i64))
             .unwrap();
         let rows: Vec<(usize, Option<usize>)> = (0..8).map(|env| (env, Some(env))).collect();
+        if in_runs {
+            // Steps of a nanosecond: runs of the most envs.
+            backend.shared.env_nanos.store(1, Ordering::SeqCst);
+        }
         hold.store(true, Ordering::SeqCst);
         backend.send(Op::Step, &rows, Some(&actions)).unwrap();
         let others: Vec<usize> = (0..8).filter(|&env| env != stuck).collect();

@@ -1,8 +1,8 @@
 //! The worker loop of the threading backend: a worker takes its envs one at
 //! a time, runs each, and publishes the results of quick envs in short runs
 //! (`publish`: batch rows, phases, one count), which a receiver publishes
-//! instead when the worker is inside a long step (`rescue`); a helping
-//! receiver's own step (`run_job`); and the moving average of env step
+//! instead when the worker is inside a long step (`rescue`), as a helping
+//! receiver publishes its own run (`publish_run`); and the moving average of env step
 //! times (`StepTiming`) that decides whether receivers help and how long a
 //! run is.
 
@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use pool_core::spin::{PUBLISH_RUN, PUBLISH_RUN_ENVS, RESCUE_AFTER};
 use pool_core::{lock, Op};
 use smallvec::SmallVec;
+use tensordict::TensorDict;
 
 use super::cell::{prepare, run_cell, sync_root, Cell};
 use super::Shared;
@@ -107,33 +108,56 @@ fn nanos(d: Duration) -> u64 {
 /// copied into the batch rows under one lock, then each published (its
 /// phase), then one count per result on the receivers' signal.
 fn publish(shared: &Shared, worker: usize, held: &mut Held) {
+    publish_run(shared, held);
+    // Relaxed: a hint (see `Shared::held_since`).
+    shared.held_since[worker].store(0, Ordering::Relaxed);
+}
+
+/// Publishes a run of results (cleared after): see [`publish`]; also a
+/// helping receiver's run.
+pub(super) fn publish_run(shared: &Shared, held: &mut Held) {
     if held.is_empty() {
         return;
     }
     held.sort_unstable_by_key(|&(env, _)| env);
-    let mut cells: SmallVec<[MutexGuard<'_, Cell>; PUBLISH_RUN_ENVS]> =
-        held.iter().map(|&(env, _)| lock(&shared.cells[env])).collect();
+    let mut cells: SmallVec<[MutexGuard<'_, Cell>; PUBLISH_RUN_ENVS]> = held
+        .iter()
+        .map(|&(env, _)| lock(&shared.cells[env]))
+        .collect();
     let mut root_in_row: SmallVec<[bool; PUBLISH_RUN_ENVS]> = SmallVec::new();
-    match &shared.batch {
-        Some(batch) => {
-            let mut rows = lock(batch);
-            for (&(env, failed), cell) in held.iter().zip(&cells) {
-                root_in_row.push(if failed {
-                    // None of its rows holds its result.
-                    rows.mark(env, 0);
-                    false
-                } else {
-                    rows.store(
-                        env,
-                        cell.op,
-                        &cell.runner.next,
-                        &cell.runner.root,
-                        cell.runner.root_is_next(),
-                    )
-                });
+    root_in_row.extend(held.iter().map(|_| false));
+    if let Some(batch) = &shared.batch {
+        // The results that did not fail, their columns written once.
+        let mut at: SmallVec<[usize; PUBLISH_RUN_ENVS]> = SmallVec::new();
+        let mut envs: SmallVec<[usize; PUBLISH_RUN_ENVS]> = SmallVec::new();
+        let mut ops: SmallVec<[Op; PUBLISH_RUN_ENVS]> = SmallVec::new();
+        let mut nexts: SmallVec<[&TensorDict; PUBLISH_RUN_ENVS]> = SmallVec::new();
+        let mut roots: SmallVec<[&TensorDict; PUBLISH_RUN_ENVS]> = SmallVec::new();
+        let mut deferred: SmallVec<[bool; PUBLISH_RUN_ENVS]> = SmallVec::new();
+        for (j, (&(env, failed), cell)) in held.iter().zip(&cells).enumerate() {
+            if !failed {
+                at.push(j);
+                envs.push(env);
+                ops.push(cell.op);
+                nexts.push(&cell.runner.next);
+                roots.push(&cell.runner.root);
+                deferred.push(cell.runner.root_is_next());
             }
         }
-        None => root_in_row.extend(held.iter().map(|_| false)),
+        let mut copied: SmallVec<[bool; PUBLISH_RUN_ENVS]> = SmallVec::new();
+        copied.extend(at.iter().map(|_| false));
+        let mut rows = lock(batch);
+        for &(env, failed) in held.iter() {
+            if failed {
+                // None of its rows holds its result.
+                rows.mark(env, 0);
+            }
+        }
+        rows.store_many(&envs, &ops, &nexts, &roots, &deferred, &mut copied);
+        drop(rows);
+        for (&j, &copied) in at.iter().zip(&copied) {
+            root_in_row[j] = copied;
+        }
     }
     // A deferred root that is not in its row is brought up to date in its
     // cell now, so that a failure to (an env that changed its layout) is
@@ -152,8 +176,6 @@ fn publish(shared: &Shared, worker: usize, held: &mut Held) {
         shared.phases.publish(env, failed);
     }
     drop(cells);
-    // Relaxed: a hint (see `Shared::held_since`).
-    shared.held_since[worker].store(0, Ordering::Relaxed);
     let count = held.len() as u64;
     held.clear();
     // One count per result; a sleeping receiver is woken only once the
@@ -163,7 +185,7 @@ fn publish(shared: &Shared, worker: usize, held: &mut Held) {
 
 /// Runs one env (its input copied in first) under its cell's lock, for a
 /// worker's run; returns whether it failed. Publishing is [`publish`]'s.
-fn run_only(shared: &Shared, job: &Job) -> bool {
+pub(super) fn run_only(shared: &Shared, job: &Job) -> bool {
     let mut cell = lock(&shared.cells[job.env]);
     prepare(job, &mut cell) || run_cell(job.env, &mut cell)
 }
@@ -220,48 +242,6 @@ impl StepTiming {
         self.envs = 0;
         self.reset = false;
     }
-}
-
-/// Runs one env (its input copied in first), copies its result into the
-/// batch rows (if any), then publishes it.
-pub(super) fn run_job(shared: &Shared, job: &Job) {
-    let env = job.env;
-    let failed = {
-        let mut cell = lock(&shared.cells[env]);
-        let mut failed = prepare(job, &mut cell) || run_cell(env, &mut cell);
-        // The cell stays locked until its result is in the batch rows
-        // (nobody else touches a queued env's cell).
-        let root_in_row = match &shared.batch {
-            Some(batch) if !failed => lock(batch).store(
-                env,
-                cell.op,
-                &cell.runner.next,
-                &cell.runner.root,
-                cell.runner.root_is_next(),
-            ),
-            // None of its rows holds its result.
-            Some(batch) => {
-                lock(batch).mark(env, 0);
-                false
-            }
-            None => false,
-        };
-        // A deferred root that is not in its row is brought up to date in
-        // its cell now, so that a failure to (an env that changed its
-        // layout) is this env's failure, reported like any other.
-        if !root_in_row && !failed && sync_root(env, &mut cell) {
-            failed = true;
-        }
-        failed
-    };
-    // Relaxed: read only after the Acquire of DONE below.
-    shared.published[env].store(shared.done.generation(), Ordering::Relaxed);
-    // The result written under the cell's lock (and into the batch rows) is
-    // visible to whoever sees DONE.
-    shared.phases.publish(env, failed);
-    // One count per result; a sleeping receiver is woken only once the
-    // count it waits for is reached (`Signal::notify_n`).
-    shared.done.notify();
 }
 
 /// Folds a run's time into the moving average of one env's
