@@ -2,9 +2,9 @@
 //! a time, runs each, and publishes the results of quick envs in short runs
 //! (`publish`: batch rows, phases, one count), which a receiver publishes
 //! instead when the worker is inside a long step (`rescue`), as a helping
-//! receiver publishes its own run (`publish_run`); and the moving average of env step
-//! times (`StepTiming`) that decides whether receivers help and how long a
-//! run is.
+//! receiver publishes its own run (`publish_run`); and the moving average
+//! of env step times (`StepTiming`) that decides whether receivers help
+//! and how long a run is.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{MutexGuard, TryLockError};
@@ -27,7 +27,7 @@ use crate::queue::Job;
 /// runs dry. An env that steps slower is published alone. A run held while
 /// its worker is inside a step that runs long is published by a receiver
 /// (`rescue`), so that no result waits on another env's step for much
-/// longer than `RESCUE_AFTER`.
+/// longer than `RESCUE_AFTER` plus a receiver's nap (`RECEIVER_RESCAN`).
 pub(super) fn worker_loop(shared: &Shared, worker: usize) {
     let mut timing = StepTiming::new();
     loop {
