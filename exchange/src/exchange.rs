@@ -355,7 +355,9 @@ mod tests {
     use crate::schema::Field;
     use tensordict::{DType, Tensor, TensorDict};
 
-    fn schema(fields: &[(&str, DType, &[usize])]) -> Schema {
+    /// A schema of root-level fields (key, dtype, shape), for the tests of
+    /// this module and its parts.
+    pub(super) fn schema(fields: &[(&str, DType, &[usize])]) -> Schema {
         Schema::new(
             &[],
             fields

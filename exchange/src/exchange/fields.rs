@@ -205,18 +205,8 @@ pub(super) fn present_fields<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exchange::tests::schema;
     use tensordict::DType;
-
-    fn schema(fields: &[(&str, DType, &[usize])]) -> Schema {
-        Schema::new(
-            &[],
-            fields
-                .iter()
-                .map(|&(key, dtype, shape)| Field::new(key, dtype, shape).unwrap())
-                .collect(),
-        )
-        .unwrap()
-    }
 
     #[test]
     fn masks_record_the_keys_present() {
