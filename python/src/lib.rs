@@ -6,6 +6,8 @@
 
 use pyo3::prelude::*;
 
+mod kwargs;
+
 /// The extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {

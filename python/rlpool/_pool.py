@@ -1,0 +1,425 @@
+"""`AsyncEnvPool`: the Rust pool with TorchRL's calls.
+
+>>> import numpy as np
+>>> import rlpool
+>>> with rlpool.AsyncEnvPool(["CartPole-v1"] * 4, create_env_kwargs={"seed": 0}) as pool:
+...     root = pool.reset()
+...     pool.async_step_send(pool.rand_action())
+...     first = pool.async_step_recv(min_get=2)
+...     rest = pool.async_step_recv(min_get=4 - len(first))
+...     sorted(np.concatenate([first["env_index"], rest["env_index"]]).tolist())
+[0, 1, 2, 3]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, Union
+
+import numpy as np
+
+from rlpool import _native
+from rlpool._tensordict import LazyStackedTensorDict, TensorDict
+from rlpool.errors import InvalidType
+from rlpool.specs import Composite, from_description
+
+__all__ = ["AsyncEnvPool", "Batch", "EnvMaker", "TensorDictLike"]
+
+EnvMaker = Union[str, Callable[[], Any]]
+"""An env maker: a registered env name (``"CartPole-v1"``). Callables that
+return a ``gymnasium.Env`` come with Python envs in the workers."""
+
+TensorDictLike = Union[TensorDict, Mapping[str, Any]]
+"""A :class:`TensorDict`, or a plain (nested) dict of arrays."""
+
+Batch = Union[TensorDict, LazyStackedTensorDict]
+"""What a receive returns: a dense :class:`TensorDict`, or a
+:class:`LazyStackedTensorDict` of per-env tensordicts."""
+
+_RESET, _STEP, _STEP_AND_MAYBE_RESET = 0, 1, 2
+
+
+def _wrap(out: tuple[Any, tuple[int, ...]]) -> Batch:
+    data, batch_size = out
+    if isinstance(data, list):
+        return LazyStackedTensorDict([TensorDict._wrap(d, b) for d, b in data])
+    return TensorDict._wrap(data, batch_size)
+
+
+def _unwrap(td: TensorDictLike | None) -> tuple[Any, tuple[int, ...] | None]:
+    if td is None:
+        return None, None
+    if isinstance(td, TensorDict):
+        return td._data, td.batch_size
+    if isinstance(td, Mapping):
+        return td, None
+    raise InvalidType(
+        f"expected a TensorDict or a dict of arrays, got {type(td).__name__}"
+    )
+
+
+class AsyncEnvPool:
+    """A pool of environments stepped in worker threads or processes, with
+    TorchRL's ``AsyncEnvPool`` calls.
+
+    Synchronous calls (:meth:`reset`, :meth:`step`,
+    :meth:`step_and_maybe_reset`) address every env. Asynchronous calls send
+    to some envs (``async_step_send``) and collect whichever results are
+    ready (``async_step_recv``): at least ``min_get``, at most ``max_get``,
+    within ``timeout`` seconds, or one given env's. Results are
+    :class:`TensorDict`\\ s sorted by env, with an ``"env_index"`` entry; their
+    arrays are views of the pool's buffers (no copy), valid for as long as
+    you keep them.
+
+    Every wait releases the GIL and answers Ctrl-C within 100 ms
+    (``KeyboardInterrupt``; the results in flight stay for a later receive).
+
+    Args:
+        env_makers: one maker per env: a registered env name
+            (``"CartPole-v1"``, ``"Pendulum-v1"``, ...).
+        backend: ``"threading"`` (worker threads of this process) or
+            ``"multiprocessing"`` (worker processes: this interpreter started
+            again, ``python -m rlpool._worker``, never forked).
+        stack: how results are stacked: ``"dense"`` (every env's keys and
+            shapes identical), ``"maybe_dense"`` (dense where possible),
+            ``"lazy"`` (a :class:`LazyStackedTensorDict`).
+        exchange: with processes, how results travel: ``"shm"`` (shared
+            memory slots, fixed shapes only), ``"queue"`` (any data) or
+            ``"auto"`` (shm when the envs allow it); see
+            :attr:`resolved_exchange` and :attr:`exchange_reason`.
+        create_env_kwargs: keyword arguments of the envs: one dict for all,
+            or a list of one dict per env.
+        envs_per_worker: with processes, how many envs share one worker.
+        worker_affinity: CPU sets: one list of CPU ids per worker (thread or
+            process), or a function of the worker index returning one.
+        num_threads: with threads, the number of worker threads (default:
+            one per env, at most the CPUs available).
+        start_timeout: seconds the workers have to start.
+
+    Raises:
+        StartError: an env could not be built, the envs' specs do not stack,
+            or a worker could not start.
+        InvalidArgument: an argument out of range (the message names it).
+        InvalidType: an argument of the wrong type.
+    """
+
+    def __init__(
+        self,
+        env_makers: Sequence[EnvMaker] | EnvMaker,
+        *,
+        backend: Literal["threading", "multiprocessing"] = "threading",
+        stack: Literal["dense", "maybe_dense", "lazy"] = "dense",
+        exchange: Literal["auto", "queue", "shm"] = "auto",
+        create_env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        envs_per_worker: int = 1,
+        worker_affinity: Sequence[Sequence[int]] | Callable[[int], Sequence[int]] | None = None,
+        num_threads: int | None = None,
+        start_timeout: float = 60.0,
+    ) -> None:
+        makers = [env_makers] if isinstance(env_makers, str) else list(env_makers)
+        for i, maker in enumerate(makers):
+            if not isinstance(maker, str):
+                raise InvalidType(
+                    f"env_makers[{i}] is {type(maker).__name__}: this version builds envs by "
+                    "registered name (a str); Python env makers come with Python envs in workers"
+                )
+        if create_env_kwargs is None or isinstance(create_env_kwargs, Mapping):
+            kwargs: list[Any] = [create_env_kwargs] * len(makers)
+        else:
+            kwargs = list(create_env_kwargs)
+        if callable(worker_affinity):
+            workers = _worker_count(backend, len(makers), envs_per_worker, num_threads)
+            worker_affinity = [list(worker_affinity(w)) for w in range(workers)]
+        self._native = _native.Pool(
+            makers,
+            kwargs,
+            backend=backend,
+            stack=stack,
+            exchange=exchange,
+            envs_per_worker=envs_per_worker,
+            worker_affinity=None if worker_affinity is None else [list(s) for s in worker_affinity],
+            num_threads=num_threads,
+            start_timeout=start_timeout,
+            worker_command=[sys.executable, "-m", "rlpool._worker"],
+        )
+        self._specs: dict[str, Composite] | None = None
+
+    # -- description -------------------------------------------------------
+
+    @property
+    def num_envs(self) -> int:
+        """The number of envs."""
+        return int(self._native.num_envs)
+
+    @property
+    def batch_size(self) -> tuple[int, ...]:
+        """The pool's batch size: ``(num_envs, *env_batch_size)``."""
+        return tuple(self._native.batch_size)
+
+    @property
+    def env_batch_sizes(self) -> list[tuple[int, ...]]:
+        """Each env's own batch size."""
+        return [tuple(b) for b in self._native.env_batch_sizes]
+
+    @property
+    def env_names(self) -> list[str]:
+        """Each env's registered name."""
+        return list(self._native.env_names)
+
+    @property
+    def backend(self) -> str:
+        """``"threading"`` or ``"multiprocessing"``."""
+        return str(self._native.backend)
+
+    @property
+    def stack(self) -> str:
+        """The stacking mode."""
+        return str(self._native.stack)
+
+    @property
+    def resolved_exchange(self) -> str | None:
+        """The exchange in use: ``"shm"`` or ``"queue"`` with processes,
+        ``None`` with threads (which share memory and need none)."""
+        value = self._native.resolved_exchange
+        return None if value is None else str(value)
+
+    @property
+    def exchange_reason(self) -> str | None:
+        """Why ``exchange="auto"`` chose the queue (the key and env that
+        forced it), or ``None``."""
+        value = self._native.exchange_reason
+        return None if value is None else str(value)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The worker processes' ids (empty with threads)."""
+        return list(self._native.worker_pids)
+
+    def _spec(self, name: str) -> Composite:
+        if self._specs is None:
+            self._specs = {
+                key: from_description(desc) for key, desc in self._native.specs().items()
+            }
+        return self._specs[name]
+
+    @property
+    def full_action_spec(self) -> Composite:
+        """The actions every env takes, stacked over the pool."""
+        return self._spec("full_action_spec")
+
+    @property
+    def full_observation_spec(self) -> Composite:
+        """The observations, stacked over the pool."""
+        return self._spec("full_observation_spec")
+
+    @property
+    def full_reward_spec(self) -> Composite:
+        """The rewards, stacked over the pool."""
+        return self._spec("full_reward_spec")
+
+    @property
+    def full_done_spec(self) -> Composite:
+        """The done flags (``done``, ``terminated``, ``truncated``)."""
+        return self._spec("full_done_spec")
+
+    @property
+    def full_state_spec(self) -> Composite:
+        """The state entries a reset may take."""
+        return self._spec("full_state_spec")
+
+    @property
+    def action_spec(self) -> Any:
+        """The action's own spec (the leaf of :attr:`full_action_spec` when
+        there is one key)."""
+        return _leaf(self.full_action_spec)
+
+    @property
+    def observation_spec(self) -> Composite:
+        """The same as :attr:`full_observation_spec` (TorchRL's name)."""
+        return self.full_observation_spec
+
+    @property
+    def reward_spec(self) -> Any:
+        """The reward's own spec."""
+        return _leaf(self.full_reward_spec)
+
+    @property
+    def done_spec(self) -> Any:
+        """The same as :attr:`full_done_spec`."""
+        return self.full_done_spec
+
+    def rand_action(self, rng: np.random.Generator | None = None) -> TensorDict:
+        """A random action for every env (a :class:`TensorDict` with the
+        pool's batch size), drawn from :attr:`full_action_spec`."""
+        return self.full_action_spec.rand(rng)
+
+    # -- synchronous calls -------------------------------------------------
+
+    def reset(self, td: TensorDictLike | None = None) -> Batch:
+        """Resets every env; ``td`` may carry state entries. Raises
+        :class:`~rlpool.Busy` if an env is in flight."""
+        return _wrap(self._native.reset(*_unwrap(td)))
+
+    def step(self, td: TensorDictLike) -> Batch:
+        """Steps every env with its row of ``td``: ``td``'s entries with the
+        results under ``"next"`` and ``"env_index"``."""
+        return _wrap(self._native.step(*_unwrap(td)))
+
+    def step_and_maybe_reset(self, td: TensorDictLike) -> tuple[Batch, Batch]:
+        """Steps every env and resets those that are done: ``(result,
+        next_root)``, ``next_root`` the next step's input (reset where
+        done)."""
+        step, root = self._native.step_and_maybe_reset(*_unwrap(td))
+        return _wrap(step), _wrap(root)
+
+    # -- asynchronous calls ------------------------------------------------
+
+    def _send(
+        self, op: int, td: TensorDictLike | None, env_index: int | Sequence[int] | None
+    ) -> None:
+        if env_index is not None and not isinstance(env_index, (int, np.integer)):
+            env_index = [int(i) for i in np.asarray(env_index).reshape(-1)]
+        elif env_index is not None:
+            env_index = int(env_index)
+        self._native.send(op, *_unwrap(td), env_index)
+
+    def _recv(
+        self,
+        op: int,
+        min_get: int,
+        env_index: int | None,
+        max_get: int | None,
+        timeout: float | None,
+    ) -> Any:
+        if env_index is not None:
+            return self._native.recv_env(op, int(env_index), timeout)
+        return self._native.recv(op, min_get, max_get, timeout)
+
+    def async_reset_send(
+        self, td: TensorDictLike | None = None, env_index: int | Sequence[int] | None = None
+    ) -> None:
+        """Sends a reset to the envs of ``env_index`` (an int, a list, or
+        ``None``: the ``"env_index"`` entry of ``td``, or every env)."""
+        self._send(_RESET, td, env_index)
+
+    def async_reset_recv(
+        self,
+        min_get: int = 1,
+        env_index: int | None = None,
+        *,
+        max_get: int | None = None,
+        timeout: float | None = None,
+    ) -> Batch:
+        """Receives reset results (see :meth:`async_step_recv`)."""
+        return _wrap(self._recv(_RESET, min_get, env_index, max_get, timeout))
+
+    def async_step_send(
+        self, td: TensorDictLike, env_index: int | Sequence[int] | None = None
+    ) -> None:
+        """Sends the actions of ``td`` to the envs of ``env_index``: one env
+        (an int; its result is taken by ``async_step_recv(env_index=i)``
+        only), a list (one per row of ``td``), or ``None`` (the ``"env_index"``
+        entry of ``td``, or every env if it has none). Raises
+        :class:`~rlpool.Busy` naming envs whose previous result is still to be
+        received."""
+        self._send(_STEP, td, env_index)
+
+    def async_step_recv(
+        self,
+        min_get: int = 1,
+        env_index: int | None = None,
+        *,
+        max_get: int | None = None,
+        timeout: float | None = None,
+    ) -> Batch:
+        """Receives step results: at least ``min_get`` (a hard bound), at most
+        ``max_get`` (default: every one ready), sorted by env with
+        ``"env_index"``; or env ``env_index``'s result alone. ``timeout``
+        (seconds) bounds the whole call; ``0`` polls. On a timeout,
+        :class:`~rlpool.Timeout` is raised and nothing is lost."""
+        return _wrap(self._recv(_STEP, min_get, env_index, max_get, timeout))
+
+    def async_step_and_maybe_reset_send(
+        self, td: TensorDictLike, env_index: int | Sequence[int] | None = None
+    ) -> None:
+        """Sends the actions of ``td``, to step and reset where done."""
+        self._send(_STEP_AND_MAYBE_RESET, td, env_index)
+
+    def async_step_and_maybe_reset_recv(
+        self,
+        min_get: int = 1,
+        env_index: int | None = None,
+        *,
+        max_get: int | None = None,
+        timeout: float | None = None,
+    ) -> tuple[Batch, Batch]:
+        """Receives ``(result, next_root)`` pairs (see
+        :meth:`async_step_recv`)."""
+        step, root = self._recv(_STEP_AND_MAYBE_RESET, min_get, env_index, max_get, timeout)
+        return _wrap(step), _wrap(root)
+
+    # -- the rest ----------------------------------------------------------
+
+    def stats(self, *, reset: bool = False) -> dict[str, float] | None:
+        """The exchange's statistics with TorchRL's names (batches, items,
+        average batch size, fill ratio, partial batch fraction, latencies,
+        consumer busy fraction); ``reset`` clears them after reading.
+        ``None`` when the pool keeps none."""
+        stats = self._native.stats(reset)
+        return None if stats is None else dict(stats)
+
+    def in_flight(self) -> list[int]:
+        """The envs sent to whose result has not been received."""
+        return list(self._native.in_flight())
+
+    def shutdown(self) -> None:
+        """Stops the pool: results not received are dropped, workers are
+        stopped, killed after a deadline, and reaped. Later calls raise
+        :class:`~rlpool.ShutDown`. Idempotent; also done by ``close``, on
+        leaving a ``with`` block, and when the pool is collected."""
+        self._native.shutdown()
+
+    def close(self) -> None:
+        """The same as :meth:`shutdown` (TorchRL's name)."""
+        self.shutdown()
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether the pool was shut down."""
+        return bool(self._native.is_shut_down)
+
+    def __enter__(self) -> AsyncEnvPool:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+    def __len__(self) -> int:
+        return self.num_envs
+
+    def __repr__(self) -> str:
+        return (
+            f"AsyncEnvPool(num_envs={self.num_envs}, backend={self.backend!r}, "
+            f"stack={self.stack!r}, exchange={self.resolved_exchange!r})"
+        )
+
+
+def _leaf(spec: Composite) -> Any:
+    keys = spec.keys(include_nested=True, leaves_only=True)
+    return spec[keys[0]] if len(keys) == 1 else spec
+
+
+def _worker_count(
+    backend: str, num_envs: int, envs_per_worker: int, num_threads: int | None
+) -> int:
+    if backend == "multiprocessing":
+        per = max(envs_per_worker, 1)
+        return -(-num_envs // per)
+    return num_threads or num_envs

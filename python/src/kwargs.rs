@@ -1,0 +1,76 @@
+//! Python keyword arguments (`create_env_kwargs`) to the registry's
+//! [`Kwargs`].
+
+use pool::envs::{KwValue, Kwargs};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+/// Converts a dict of keyword arguments; a value of a type the registry
+/// cannot carry is a `TypeError` naming its key (and `env`'s index).
+pub(crate) fn to_kwargs(dict: Option<&Bound<'_, PyDict>>, env: usize) -> PyResult<Kwargs> {
+    let mut kwargs = Kwargs::new();
+    let Some(dict) = dict else {
+        return Ok(kwargs);
+    };
+    for (key, value) in dict.iter() {
+        let key: String = key.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "create_env_kwargs of env {env}: keys must be strings, got {}",
+                key.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
+            ))
+        })?;
+        let value = to_value(&value).map_err(|found| {
+            PyTypeError::new_err(format!(
+                "create_env_kwargs of env {env}: `{key}` is {found}; an env takes str, int, \
+                 float, bool or a list of them"
+            ))
+        })?;
+        kwargs.set(key, value);
+    }
+    Ok(kwargs)
+}
+
+/// One value, or the name of its type when it has no registry form.
+fn to_value(value: &Bound<'_, PyAny>) -> Result<KwValue, String> {
+    // bool before int: a Python bool is an int.
+    if value.is_instance_of::<PyBool>() {
+        return Ok(KwValue::Bool(value.extract().unwrap_or(false)));
+    }
+    if value.is_instance_of::<PyInt>() {
+        return value
+            .extract::<i64>()
+            .map(KwValue::Int)
+            .map_err(|_| "an int out of the range of a 64-bit integer".to_string());
+    }
+    if value.is_instance_of::<PyFloat>() {
+        return value
+            .extract::<f64>()
+            .map(KwValue::Float)
+            .map_err(|_| "a float".to_string());
+    }
+    if let Ok(s) = value.cast::<PyString>() {
+        return Ok(KwValue::Str(s.to_string()));
+    }
+    if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        let items: Vec<Bound<'_, PyAny>> = value
+            .try_iter()
+            .and_then(|it| it.collect())
+            .map_err(|_| "a list".to_string())?;
+        return items.iter().map(to_value).collect::<Result<_, _>>().map(KwValue::List);
+    }
+    // numpy scalars and anything else that converts losslessly.
+    if let Ok(v) = value.extract::<i64>() {
+        return Ok(KwValue::Int(v));
+    }
+    if let Ok(v) = value.extract::<f64>() {
+        return Ok(KwValue::Float(v));
+    }
+    Err(format!(
+        "of type {}",
+        value
+            .get_type()
+            .name()
+            .map_or_else(|_| "?".into(), |n| n.to_string())
+    ))
+}
