@@ -129,9 +129,6 @@ class AsyncEnvPool:
             kwargs: list[Any] = [create_env_kwargs] * len(makers)
         else:
             kwargs = list(create_env_kwargs)
-        if callable(worker_affinity):
-            workers = _worker_count(backend, len(makers), envs_per_worker, num_threads)
-            worker_affinity = [list(worker_affinity(w)) for w in range(workers)]
         self._native = _native.Pool(
             makers,
             kwargs,
@@ -139,7 +136,7 @@ class AsyncEnvPool:
             stack=stack,
             exchange=exchange,
             envs_per_worker=envs_per_worker,
-            worker_affinity=None if worker_affinity is None else [list(s) for s in worker_affinity],
+            worker_affinity=worker_affinity,
             num_threads=num_threads,
             start_timeout=start_timeout,
             worker_command=[sys.executable, "-m", "rlpool._worker"],
@@ -179,11 +176,11 @@ class AsyncEnvPool:
         return str(self._native.stack)
 
     @property
-    def resolved_exchange(self) -> str | None:
-        """The exchange in use: ``"shm"`` or ``"queue"`` with processes,
-        ``None`` with threads (which share memory and need none)."""
-        value = self._native.resolved_exchange
-        return None if value is None else str(value)
+    def resolved_exchange(self) -> str:
+        """The exchange in use: ``"shm"`` (shared-memory slots, processes
+        only) or ``"queue"`` (tensordicts passed whole: in memory with
+        threads, over sockets with processes)."""
+        return str(self._native.resolved_exchange)
 
     @property
     def exchange_reason(self) -> str | None:
@@ -415,11 +412,3 @@ def _leaf(spec: Composite) -> Any:
     keys = spec.keys(include_nested=True, leaves_only=True)
     return spec[keys[0]] if len(keys) == 1 else spec
 
-
-def _worker_count(
-    backend: str, num_envs: int, envs_per_worker: int, num_threads: int | None
-) -> int:
-    if backend == "multiprocessing":
-        per = max(envs_per_worker, 1)
-        return -(-num_envs // per)
-    return num_threads or num_envs
