@@ -55,9 +55,7 @@ def _unwrap(td: TensorDictLike | None) -> tuple[Any, tuple[int, ...] | None]:
         return td._data, td.batch_size
     if isinstance(td, Mapping):
         return td, None
-    raise InvalidType(
-        f"expected a TensorDict or a dict of arrays, got {type(td).__name__}"
-    )
+    raise InvalidType(f"expected a TensorDict or a dict of arrays, got {type(td).__name__}")
 
 
 class AsyncEnvPool:
@@ -118,9 +116,16 @@ class AsyncEnvPool:
         num_threads: int | None = None,
         start_timeout: float = 60.0,
     ) -> None:
-        makers = [env_makers] if isinstance(env_makers, str) else list(env_makers)
-        for i, maker in enumerate(makers):
-            if not isinstance(maker, str):
+        given: list[EnvMaker]
+        if isinstance(env_makers, str) or callable(env_makers):
+            given = [env_makers]
+        else:
+            given = list(env_makers)
+        makers: list[str] = []
+        for i, maker in enumerate(given):
+            if isinstance(maker, str):
+                makers.append(maker)
+            else:
                 raise InvalidType(
                     f"env_makers[{i}] is {type(maker).__name__}: this version builds envs by "
                     "registered name (a str); Python env makers come with Python envs in workers"
@@ -250,7 +255,8 @@ class AsyncEnvPool:
     def rand_action(self, rng: np.random.Generator | None = None) -> TensorDict:
         """A random action for every env (a :class:`TensorDict` with the
         pool's batch size), drawn from :attr:`full_action_spec`."""
-        return self.full_action_spec.rand(rng)
+        action: TensorDict = self.full_action_spec.rand(rng)
+        return action
 
     # -- synchronous calls -------------------------------------------------
 
@@ -411,4 +417,3 @@ class AsyncEnvPool:
 def _leaf(spec: Composite) -> Any:
     keys = spec.keys(include_nested=True, leaves_only=True)
     return spec[keys[0]] if len(keys) == 1 else spec
-
