@@ -282,10 +282,7 @@ class AsyncEnvPool:
     def _send(
         self, op: int, td: TensorDictLike | None, env_index: int | Sequence[int] | None
     ) -> None:
-        if env_index is not None and not isinstance(env_index, (int, np.integer)):
-            env_index = [int(i) for i in np.asarray(env_index).reshape(-1)]
-        elif env_index is not None:
-            env_index = int(env_index)
+        # An int, a list or an integer array: the native side reads them all.
         self._native.send(op, *_unwrap(td), env_index)
 
     def _recv(

@@ -106,9 +106,11 @@ fn type_name(value: &Bound<'_, PyAny>) -> String {
 
 /// A dict, an `rlpool.TensorDict` (through its `_data`), or another mapping.
 fn is_mapping(value: &Bound<'_, PyAny>) -> bool {
-    value.is_instance_of::<PyDict>()
-        || value.hasattr("_batch_size").unwrap_or(false)
-        || (value.hasattr("keys").unwrap_or(false) && !value.is_instance_of::<PyUntypedArray>())
+    // Arrays first: the common case, and no failed attribute lookup.
+    !value.is_instance_of::<PyUntypedArray>()
+        && (value.is_instance_of::<PyDict>()
+            || value.hasattr("_batch_size").unwrap_or(false)
+            || value.hasattr("keys").unwrap_or(false))
 }
 
 fn mapping_items<'py>(

@@ -8,6 +8,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use numpy::{PyArrayDyn, PyArrayMethods};
 use pool::envs::Kwargs;
 use pool::{
     Affinity, AsyncEnvPool, Backend, Batch, EnvMaker, ExchangeMode, PoolError, ProcOptions, Recv,
@@ -354,6 +355,13 @@ impl Pool {
                 if let Ok(env) = t.extract::<i64>() {
                     let env = self.env_of(py, env)?;
                     (Target::Env(env), None)
+                } else if let Some(envs) = int_array(t) {
+                    let envs = envs
+                        .into_iter()
+                        .map(|env| self.env_of(py, env))
+                        .collect::<PyResult<Vec<usize>>>()?;
+                    let rows = envs.len();
+                    (Target::Envs(envs), Some(rows))
                 } else {
                     let envs: Vec<i64> = t.extract().map_err(|_| {
                         invalid_type(
@@ -530,6 +538,24 @@ impl Pool {
 /// `(result, next_root)` for Python.
 fn pair<'py>(py: Python<'py>, step: Batch, root: Batch) -> PyResult<Bound<'py, PyTuple>> {
     PyTuple::new(py, [batch_to_py(py, step)?, batch_to_py(py, root)?])
+}
+
+/// The values of an integer numpy array (any shape), read directly.
+fn int_array(value: &Bound<'_, PyAny>) -> Option<Vec<i64>> {
+    if let Ok(array) = value.cast::<PyArrayDyn<i64>>() {
+        return Some(array.readonly().as_array().iter().copied().collect());
+    }
+    if let Ok(array) = value.cast::<PyArrayDyn<i32>>() {
+        return Some(
+            array
+                .readonly()
+                .as_array()
+                .iter()
+                .map(|&v| i64::from(v))
+                .collect(),
+        );
+    }
+    None
 }
 
 fn has_env_index(td: &Bound<'_, PyAny>) -> bool {
