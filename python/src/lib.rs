@@ -7,10 +7,12 @@
 use pyo3::prelude::*;
 
 mod kwargs;
+mod specs;
 
 /// The extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(specs::env_specs, m)?)?;
     Ok(())
 }
