@@ -48,5 +48,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::Pool>()?;
     m.add_class::<array::Owner>()?;
     m.add_function(wrap_pyfunction!(worker_main, m)?)?;
+    m.add_function(wrap_pyfunction!(specs::env_specs, m)?)?;
     Ok(())
 }
