@@ -52,7 +52,7 @@ __all__ = [
 
 Array = npt.NDArray[Any]
 ShapeLike = Union[int, Sequence[int]]
-DTypeLike = Union[np.dtype[Any], type, str]
+DTypeLike = Union["np.dtype[Any]", type, str]
 
 _DTYPES = tuple(
     np.dtype(name)
@@ -641,8 +641,10 @@ class Composite(TensorSpec):
     def _fields(self) -> list[tuple[str, Any]]:
         return [("shape", self._shape), ("entries", self._entries)]
 
-    def __getitem__(self, key: NestedKey) -> TensorSpec:
-        """The spec at ``key`` (a string, or a tuple for a nested entry)."""
+    def __getitem__(self, key: NestedKey) -> Any:
+        """The spec at ``key`` (a string, or a tuple for a nested entry): a
+        :class:`TensorSpec` (typed ``Any``, as a tensordict's entries, so
+        that ``spec["next"]["reward"].shape`` reads without casts)."""
         path = _path(key)
         node: TensorSpec = self
         for depth, part in enumerate(path):
@@ -823,9 +825,9 @@ class Stacked(TensorSpec):
         """The parts."""
         return iter(self._parts)
 
-    def __getitem__(self, index: int | NestedKey) -> TensorSpec:
-        """Part ``index`` (an int), or the stack of the parts' entries at a
-        key (when every part is a composite)."""
+    def __getitem__(self, index: int | NestedKey) -> Any:
+        """Part ``index`` (an int), or the :class:`Stacked` of the parts'
+        entries at a key (when every part is a composite)."""
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
             return self._parts[int(index)]
         path = _path(index)

@@ -13,7 +13,6 @@
 //! descriptions, one per env) for stacked specs.
 
 use numpy::{PyArray1, PyArrayMethods};
-use pool::envs::EnvError;
 use pool::specs::tensordict::{DType, Tensor};
 use pool::specs::TensorSpec;
 use pyo3::prelude::*;
@@ -132,15 +131,21 @@ pub(crate) fn env_specs<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let kwargs = crate::kwargs::to_kwargs(kwargs, 0).map_err(|err| {
         let reason = err.value(py).to_string();
-        rlpool_error(py, "InvalidType", format!("env {name:?}: {reason}"))
+        // The conversion speaks of a pool's envs; here there is one.
+        let reason = reason
+            .strip_prefix("create_env_kwargs of env 0: ")
+            .unwrap_or(&reason);
+        rlpool_error(py, "InvalidType", format!("env {name:?} kwargs: {reason}"))
     })?;
     let env = py
         .detach(|| pool::envs::make(name, &kwargs))
         .map_err(|err| {
-            let message = match err {
-                // Its message names the env already.
-                EnvError::UnknownEnv { .. } => err.to_string(),
-                _ => format!("env {name:?} could not be built: {err}"),
+            let message = err.to_string();
+            // The registry's messages name the env; say which otherwise.
+            let message = if message.contains(name) {
+                message
+            } else {
+                format!("env {name:?} could not be built: {message}")
             };
             rlpool_error(py, "StartError", message)
         })?;
