@@ -5,8 +5,8 @@
 >>> with rlpool.AsyncEnvPool(["CartPole-v1"] * 4, create_env_kwargs={"seed": 0}) as pool:
 ...     root = pool.reset()
 ...     pool.async_step_send(pool.rand_action())
-...     first = pool.async_step_recv(min_get=2)
-...     rest = pool.async_step_recv(min_get=4 - len(first))
+...     first = pool.async_step_recv(min_get=2, max_get=2)  # the first two ready
+...     rest = pool.async_step_recv(min_get=2, timeout=5.0)
 ...     sorted(np.concatenate([first["env_index"], rest["env_index"]]).tolist())
 [0, 1, 2, 3]
 """
@@ -23,7 +23,7 @@ import numpy as np
 from rlpool import _native
 from rlpool._tensordict import LazyStackedTensorDict, TensorDict
 from rlpool.errors import InvalidType
-from rlpool.specs import Composite, from_description
+from rlpool.specs import Composite, Stacked, from_description
 
 __all__ = ["AsyncEnvPool", "Batch", "EnvMaker", "TensorDictLike"]
 
@@ -146,7 +146,7 @@ class AsyncEnvPool:
             start_timeout=start_timeout,
             worker_command=[sys.executable, "-m", "rlpool._worker"],
         )
-        self._specs: dict[str, Composite] | None = None
+        self._specs: dict[str, Composite | Stacked] | None = None
 
     # -- description -------------------------------------------------------
 
@@ -199,35 +199,39 @@ class AsyncEnvPool:
         """The worker processes' ids (empty with threads)."""
         return list(self._native.worker_pids)
 
-    def _spec(self, name: str) -> Composite:
+    def _spec(self, name: str) -> Composite | Stacked:
         if self._specs is None:
-            self._specs = {
-                key: from_description(desc) for key, desc in self._native.specs().items()
-            }
+            specs: dict[str, Composite | Stacked] = {}
+            for key, desc in self._native.specs().items():
+                spec = from_description(desc)
+                if not isinstance(spec, (Composite, Stacked)):
+                    raise TypeError(f"{key} is a {type(spec).__name__}, not a composite")
+                specs[key] = spec
+            self._specs = specs
         return self._specs[name]
 
     @property
-    def full_action_spec(self) -> Composite:
+    def full_action_spec(self) -> Composite | Stacked:
         """The actions every env takes, stacked over the pool."""
         return self._spec("full_action_spec")
 
     @property
-    def full_observation_spec(self) -> Composite:
+    def full_observation_spec(self) -> Composite | Stacked:
         """The observations, stacked over the pool."""
         return self._spec("full_observation_spec")
 
     @property
-    def full_reward_spec(self) -> Composite:
+    def full_reward_spec(self) -> Composite | Stacked:
         """The rewards, stacked over the pool."""
         return self._spec("full_reward_spec")
 
     @property
-    def full_done_spec(self) -> Composite:
+    def full_done_spec(self) -> Composite | Stacked:
         """The done flags (``done``, ``terminated``, ``truncated``)."""
         return self._spec("full_done_spec")
 
     @property
-    def full_state_spec(self) -> Composite:
+    def full_state_spec(self) -> Composite | Stacked:
         """The state entries a reset may take."""
         return self._spec("full_state_spec")
 
@@ -238,7 +242,7 @@ class AsyncEnvPool:
         return _leaf(self.full_action_spec)
 
     @property
-    def observation_spec(self) -> Composite:
+    def observation_spec(self) -> Composite | Stacked:
         """The same as :attr:`full_observation_spec` (TorchRL's name)."""
         return self.full_observation_spec
 
@@ -252,10 +256,10 @@ class AsyncEnvPool:
         """The same as :attr:`full_done_spec`."""
         return self.full_done_spec
 
-    def rand_action(self, rng: np.random.Generator | None = None) -> TensorDict:
+    def rand_action(self, rng: np.random.Generator | None = None) -> Batch:
         """A random action for every env (a :class:`TensorDict` with the
         pool's batch size), drawn from :attr:`full_action_spec`."""
-        action: TensorDict = self.full_action_spec.rand(rng)
+        action: Batch = self.full_action_spec.rand(rng)
         return action
 
     # -- synchronous calls -------------------------------------------------
@@ -411,6 +415,6 @@ class AsyncEnvPool:
         )
 
 
-def _leaf(spec: Composite) -> Any:
+def _leaf(spec: Composite | Stacked) -> Any:
     keys = spec.keys(include_nested=True, leaves_only=True)
     return spec[keys[0]] if len(keys) == 1 else spec

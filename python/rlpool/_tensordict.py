@@ -11,8 +11,8 @@ and unchanged after later calls, and they are writable
 >>> td = TensorDict({"obs": np.zeros((4, 3)), "next": {"reward": np.ones((4, 1))}}, batch_size=(4,))
 >>> td["next", "reward"].shape
 (4, 1)
->>> sorted(td.keys(include_nested=True, leaves_only=True))
-[('next', 'reward'), 'obs']
+>>> td.keys(include_nested=True, leaves_only=True)
+['obs', ('next', 'reward')]
 >>> td[1:3].batch_size
 (2,)
 """
