@@ -2,18 +2,16 @@
 //! dicts of arrays in, nested dicts of arrays out (views over the pool's
 //! buffers, see [`crate::array`]). Runs with the GIL, once per call.
 
-use numpy::{
-    PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods,
-};
-use pool::tensordict::{
-    DType, Entry, NonTensor, StackedTensorDict, Tensor, TensorDict, TensorDictError,
-};
+use numpy::{PyUntypedArray, PyUntypedArrayMethods};
+use pool::tensordict::{Entry, NonTensor, StackedTensorDict, Tensor, TensorDict};
 use pool::Batch;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use smallvec::SmallVec;
+use std::cell::RefCell;
 
-use crate::array;
+use crate::array::{self, Arrays};
 use crate::errors::{invalid_argument, invalid_type};
 
 /// `numpy.ascontiguousarray`, looked up once.
@@ -118,6 +116,9 @@ fn mapping_items<'py>(
     mapping: &Bound<'py, PyAny>,
     path: &[String],
 ) -> PyResult<Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
+    if let Ok(dict) = mapping.cast::<PyDict>() {
+        return Ok(dict.iter().collect());
+    }
     let source = if mapping.hasattr("_batch_size").unwrap_or(false) {
         mapping.getattr("_data")?
     } else {
@@ -168,56 +169,107 @@ fn tensor_from_py(py: Python<'_>, value: &Bound<'_, PyAny>, path: &[String]) -> 
     }
     let shape = array.shape().to_vec();
     let descr = array.dtype();
-    let bad = |err: TensorDictError| invalid_argument(py, format!("{}: {err}", where_(path)));
-    macro_rules! read {
-        ($($ty:ty),*) => {$(
-            if descr.is_equiv_to(&numpy::dtype::<$ty>(py)) {
-                let typed = array.cast::<PyArrayDyn<$ty>>()?.readonly();
-                let slice = typed.as_slice().map_err(|err| {
-                    invalid_argument(py, format!("{}: {err}", where_(path)))
-                })?;
-                return Tensor::from_slice(&shape, slice).map_err(bad);
-            }
-        )*};
+    match array::dtype_of(&descr) {
+        Some(dtype) => array::tensor_from_array(&array, dtype, &shape)
+            .map_err(|err| invalid_argument(py, format!("{}: {err}", where_(path)))),
+        None => Err(invalid_type(
+            py,
+            format!(
+                "{}: arrays of dtype {} are not supported (bool, uint8, int8, int16, int32, \
+                 int64, float32, float64 in native byte order are)",
+                where_(path),
+                descr
+            ),
+        )),
     }
-    read!(f32, f64, i64, i32, i16, i8, u8, bool);
-    Err(invalid_type(
-        py,
-        format!(
-            "{}: arrays of dtype {} are not supported (bool, uint8, int8, int16, int32, \
-             int64, float32, float64 are)",
-            where_(path),
-            descr
-        ),
-    ))
 }
 
 /// A tensordict as nested dicts of numpy arrays (moved out: the arrays own
-/// the tensors' storage).
-pub(crate) fn td_to_py(py: Python<'_>, mut td: TensorDict) -> PyResult<Bound<'_, PyDict>> {
-    let dict = PyDict::new(py);
-    let names: Vec<String> = td.iter().map(|(name, _)| name.to_string()).collect();
+/// the tensors' storage, through one owner per call).
+pub(crate) fn td_to_py(py: Python<'_>, td: TensorDict) -> PyResult<Bound<'_, PyDict>> {
+    let mut arrays = Arrays::new();
+    let plan = plan(py, td, &mut arrays)?;
+    let mut made = arrays.finish(py)?.into_iter().map(Some).collect::<Vec<_>>();
+    build(py, plan, &mut made)
+}
+
+/// What a tensordict becomes, its arrays planned in [`Arrays`].
+enum Node<'py> {
+    Array(usize),
+    Value(Bound<'py, PyAny>),
+    Dict(Vec<(Bound<'py, PyString>, Node<'py>)>),
+}
+
+fn plan<'py>(py: Python<'py>, mut td: TensorDict, arrays: &mut Arrays) -> PyResult<Node<'py>> {
+    let names: SmallVec<[String; 8]> = td.iter().map(|(name, _)| name.to_string()).collect();
+    let mut entries = Vec::with_capacity(names.len());
     for name in names {
-        let value = match td.remove(name.as_str()) {
-            Some(Entry::Tensor(tensor)) => array::to_numpy(py, tensor)?,
-            Some(Entry::NonTensor(value)) => non_tensor_to_py(py, &value)?,
-            Some(Entry::Dict(sub)) => td_to_py(py, sub)?.into_any(),
+        let node = match td.remove(name.as_str()) {
+            Some(Entry::Tensor(tensor)) => Node::Array(arrays.add(tensor)?),
+            Some(Entry::NonTensor(value)) => match int_tensor(&value) {
+                Some(tensor) => Node::Array(arrays.add(tensor)?),
+                None => Node::Value(non_tensor_to_py(py, &value)?),
+            },
+            Some(Entry::Dict(sub)) => plan(py, sub, arrays)?,
             None => continue,
         };
-        dict.set_item(name, value)?;
+        entries.push((key_string(py, &name), node));
+    }
+    Ok(Node::Dict(entries))
+}
+
+fn build<'py>(
+    py: Python<'py>,
+    node: Node<'py>,
+    made: &mut [Option<Bound<'py, PyAny>>],
+) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    let Node::Dict(entries) = node else {
+        return Ok(dict);
+    };
+    for (key, node) in entries {
+        match node {
+            Node::Array(i) => dict.set_item(key, made[i].take())?,
+            Node::Value(value) => dict.set_item(key, value)?,
+            sub @ Node::Dict(_) => dict.set_item(key, build(py, sub, made)?)?,
+        }
     }
     Ok(dict)
 }
 
-/// A non-tensor value: integers (such as `env_index`) as an `int64` array
-/// of the value's shape, anything else as (nested) Python values.
-fn non_tensor_to_py<'py>(py: Python<'py>, value: &NonTensor) -> PyResult<Bound<'py, PyAny>> {
+/// The Python string of a key, made once per thread and name: result keys
+/// are few and the same on every call, and a cached string keeps its hash.
+fn key_string<'py>(py: Python<'py>, name: &str) -> Bound<'py, PyString> {
+    thread_local! {
+        static KEYS: RefCell<Vec<(Box<str>, Py<PyString>)>> = const { RefCell::new(Vec::new()) };
+    }
+    KEYS.with(|keys| {
+        let mut keys = keys.borrow_mut();
+        if let Some((_, key)) = keys.iter().find(|(n, _)| &**n == name) {
+            return key.bind(py).clone();
+        }
+        let key = PyString::intern(py, name);
+        // A bound on the cache, for programs with unusually many keys.
+        if keys.len() < 256 {
+            keys.push((name.into(), key.clone().unbind()));
+        }
+        key
+    })
+}
+
+/// Integers (such as `env_index`) as an `int64` tensor of the value's
+/// shape; `None` for other values.
+fn int_tensor(value: &NonTensor) -> Option<Tensor> {
     let mut ints = Vec::new();
     if collect_ints(value, &mut ints) {
-        let tensor = Tensor::from_vec(&value.shape(), ints)
-            .map_err(|err| invalid_argument(py, err.to_string()))?;
-        return array::to_numpy(py, tensor);
+        Tensor::from_vec(&value.shape(), ints).ok()
+    } else {
+        None
     }
+}
+
+/// A non-tensor value as (nested) Python values.
+fn non_tensor_to_py<'py>(py: Python<'py>, value: &NonTensor) -> PyResult<Bound<'py, PyAny>> {
     Ok(match value {
         NonTensor::Int(v) => v.into_pyobject(py)?.into_any(),
         NonTensor::Float(v) => v.into_pyobject(py)?.into_any(),
@@ -272,19 +324,4 @@ pub(crate) fn td_with_batch(py: Python<'_>, td: TensorDict) -> PyResult<Bound<'_
     let batch = PyTuple::new(py, td.batch_size())?;
     let data = td_to_py(py, td)?;
     PyTuple::new(py, [data.into_any(), batch.into_any()])
-}
-
-/// `DType` by numpy-style name, for messages and specs.
-#[allow(dead_code)]
-pub(crate) fn dtype_name(dtype: DType) -> &'static str {
-    match dtype {
-        DType::Bool => "bool",
-        DType::U8 => "uint8",
-        DType::I8 => "int8",
-        DType::I16 => "int16",
-        DType::I32 => "int32",
-        DType::I64 => "int64",
-        DType::F32 => "float32",
-        DType::F64 => "float64",
-    }
 }
