@@ -137,6 +137,20 @@ impl Arrays {
     }
 }
 
+/// A dtype's numpy name.
+pub(crate) fn numpy_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::Bool => "bool",
+        DType::U8 => "uint8",
+        DType::I8 => "int8",
+        DType::I16 => "int16",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+    }
+}
+
 /// The tensor dtype of a numpy dtype, if there is one.
 pub(crate) fn dtype_of(descr: &Bound<'_, PyArrayDescr>) -> Option<DType> {
     // `None`: byte order does not apply (one-byte types).

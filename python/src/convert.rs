@@ -3,7 +3,7 @@
 //! buffers, see [`crate::array`]). Runs with the GIL, once per call.
 
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
-use pool::tensordict::{Entry, NonTensor, StackedTensorDict, Tensor, TensorDict};
+use pool::tensordict::{DType, Entry, NonTensor, StackedTensorDict, Tensor, TensorDict};
 use pool::Batch;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -24,16 +24,29 @@ fn ascontiguousarray(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
         .map(|f| f.bind(py))
 }
 
+/// The dtypes the envs take, by key (their action and state entries):
+/// an input array of another dtype of the same kind (a float64 action for
+/// a float32 env) is cast, one of another kind is an `InvalidType`.
+pub(crate) type Expected = [(Vec<String>, DType)];
+
 /// A tensordict of batch size `batch` from a (nested) mapping of arrays
 /// (anything `numpy.asarray` takes). Errors name the key.
 pub(crate) fn td_from_py(
     py: Python<'_>,
     mapping: &Bound<'_, PyAny>,
     batch: &[usize],
+    expected: &Expected,
 ) -> PyResult<TensorDict> {
     let mut td = TensorDict::new(batch);
-    fill(py, &mut td, mapping, &mut Vec::new())?;
+    fill(py, &mut td, mapping, &mut Vec::new(), expected)?;
     Ok(td)
+}
+
+fn expected_dtype(expected: &Expected, path: &[String]) -> Option<DType> {
+    expected
+        .iter()
+        .find(|(key, _)| key.as_slice() == path)
+        .map(|&(_, dtype)| dtype)
 }
 
 fn fill(
@@ -41,6 +54,7 @@ fn fill(
     td: &mut TensorDict,
     mapping: &Bound<'_, PyAny>,
     path: &mut Vec<String>,
+    expected: &Expected,
 ) -> PyResult<()> {
     let items = mapping_items(py, mapping, path)?;
     for (key, value) in items {
@@ -55,12 +69,23 @@ fn fill(
             )
         })?;
         path.push(key);
+        let wanted = expected_dtype(expected, path);
         if is_mapping(&value) {
+            if let Some(dtype) = wanted {
+                return Err(invalid_type(
+                    py,
+                    format!(
+                        "{}: the envs take an array of {} here, not a mapping",
+                        where_(path),
+                        array::numpy_name(dtype)
+                    ),
+                ));
+            }
             let mut sub = TensorDict::new(td.batch_size());
-            fill(py, &mut sub, &value, path)?;
+            fill(py, &mut sub, &value, path, expected)?;
             set(py, td, path, Entry::Dict(sub))?;
         } else {
-            let tensor = tensor_from_py(py, &value, path)?;
+            let tensor = tensor_from_py(py, &value, path, wanted)?;
             set(py, td, path, Entry::Tensor(tensor))?;
         }
         path.pop();
@@ -144,7 +169,12 @@ fn mapping_items<'py>(
 }
 
 /// A tensor with the elements of an array (copied).
-fn tensor_from_py(py: Python<'_>, value: &Bound<'_, PyAny>, path: &[String]) -> PyResult<Tensor> {
+fn tensor_from_py(
+    py: Python<'_>,
+    value: &Bound<'_, PyAny>,
+    path: &[String],
+    wanted: Option<DType>,
+) -> PyResult<Tensor> {
     let array = if value.is_instance_of::<PyUntypedArray>() {
         value.clone()
     } else {
@@ -167,6 +197,11 @@ fn tensor_from_py(py: Python<'_>, value: &Bound<'_, PyAny>, path: &[String]) -> 
             .call1((array,))?
             .cast_into::<PyUntypedArray>()?;
     }
+    if let Some(wanted) = wanted {
+        if array::dtype_of(&array.dtype()) != Some(wanted) {
+            array = cast(py, &array, wanted, path)?;
+        }
+    }
     let shape = array.shape().to_vec();
     let descr = array.dtype();
     match array::dtype_of(&descr) {
@@ -182,6 +217,32 @@ fn tensor_from_py(py: Python<'_>, value: &Bound<'_, PyAny>, path: &[String]) -> 
             ),
         )),
     }
+}
+
+/// `array` cast to `dtype` if numpy calls that a cast of the same kind
+/// (float64 to float32, int32 to int64); an `InvalidType` otherwise.
+fn cast<'py>(
+    py: Python<'py>,
+    array: &Bound<'py, PyUntypedArray>,
+    dtype: DType,
+    path: &[String],
+) -> PyResult<Bound<'py, PyUntypedArray>> {
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("casting", "same_kind")?;
+    array
+        .call_method("astype", (array::descr(py, dtype),), Some(&kwargs))
+        .and_then(|a| Ok(a.cast_into::<PyUntypedArray>()?))
+        .map_err(|_| {
+            invalid_type(
+                py,
+                format!(
+                    "{}: the envs take {}, got an array of {} (a cast of another kind)",
+                    where_(path),
+                    array::numpy_name(dtype),
+                    array.dtype()
+                ),
+            )
+        })
 }
 
 /// A tensordict as nested dicts of numpy arrays (moved out: the arrays own

@@ -8,14 +8,15 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use numpy::{PyArrayDyn, PyArrayMethods};
+use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pool::envs::Kwargs;
+use pool::tensordict::DType;
 use pool::{
     Affinity, AsyncEnvPool, Backend, Batch, EnvMaker, ExchangeMode, PoolError, ProcOptions, Recv,
     ResolvedExchange, StackMode, Target, ThreadOptions,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PySequence, PyString, PyTuple};
 
 use crate::convert::{batch_to_py, td_from_py, td_with_batch};
 use crate::errors::{invalid_argument, invalid_type, to_py, During};
@@ -86,6 +87,8 @@ pub(crate) struct Pool {
     pool: AsyncEnvPool,
     backend: &'static str,
     stack: &'static str,
+    /// The dtypes of the entries the envs read (actions, state).
+    expected: Vec<(Vec<String>, DType)>,
 }
 
 #[pymethods]
@@ -105,12 +108,16 @@ impl Pool {
         backend: &str,
         stack: &str,
         exchange: &str,
-        envs_per_worker: usize,
+        envs_per_worker: Bound<'_, PyAny>,
         worker_affinity: Option<Bound<'_, PyAny>>,
-        num_threads: Option<usize>,
+        num_threads: Option<Bound<'_, PyAny>>,
         start_timeout: f64,
         worker_command: Vec<String>,
     ) -> PyResult<Pool> {
+        let envs_per_worker = positive(py, "envs_per_worker", &envs_per_worker)?;
+        let num_threads = num_threads
+            .map(|n| positive(py, "num_threads", &n))
+            .transpose()?;
         if kwargs.len() != names.len() {
             return Err(invalid_argument(
                 py,
@@ -202,10 +209,21 @@ impl Pool {
             StackMode::MaybeDense => "maybe_dense",
             _ => "lazy",
         };
+        let mut expected = Vec::new();
+        for spec in [pool.full_action_spec(), pool.full_state_spec()] {
+            if let Some(composite) = spec.as_composite() {
+                for (key, leaf) in composite.leaves() {
+                    if let Some(dtype) = leaf.dtype() {
+                        expected.push((key.parts().to_vec(), dtype));
+                    }
+                }
+            }
+        }
         Ok(Pool {
             pool,
             backend: backend_name,
             stack: stack_name,
+            expected,
         })
     }
 
@@ -301,7 +319,14 @@ impl Pool {
         batch: Option<Vec<usize>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let td = td
-            .map(|td| td_from_py(py, &td, &self.rows_batch(batch, self.pool.num_envs())))
+            .map(|td| {
+                td_from_py(
+                    py,
+                    &td,
+                    &self.rows_batch(batch, self.pool.num_envs()),
+                    &self.expected,
+                )
+            })
             .transpose()?;
         let out = blocking(py, || self.pool.reset(td))?;
         batch_to_py(py, out)
@@ -314,7 +339,12 @@ impl Pool {
         td: Bound<'py, PyAny>,
         batch: Option<Vec<usize>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let td = td_from_py(py, &td, &self.rows_batch(batch, self.pool.num_envs()))?;
+        let td = td_from_py(
+            py,
+            &td,
+            &self.rows_batch(batch, self.pool.num_envs()),
+            &self.expected,
+        )?;
         let out = blocking(py, || self.pool.step(td))?;
         batch_to_py(py, out)
     }
@@ -326,7 +356,12 @@ impl Pool {
         td: Bound<'py, PyAny>,
         batch: Option<Vec<usize>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let td = td_from_py(py, &td, &self.rows_batch(batch, self.pool.num_envs()))?;
+        let td = td_from_py(
+            py,
+            &td,
+            &self.rows_batch(batch, self.pool.num_envs()),
+            &self.expected,
+        )?;
         let (step, root) = blocking(py, || self.pool.step_and_maybe_reset(td))?;
         pair(py, step, root)
     }
@@ -352,30 +387,43 @@ impl Pool {
                 _ => (Target::All, Some(self.pool.num_envs())),
             },
             Some(t) => {
-                if let Ok(env) = t.extract::<i64>() {
-                    let env = self.env_of(py, env)?;
+                let scalar = t.is_instance_of::<PyInt>()
+                    || (!t.is_instance_of::<PyUntypedArray>() && int_like(t))
+                    || t.cast::<PyUntypedArray>().is_ok_and(|a| a.ndim() == 0);
+                if scalar {
+                    let env = self.env_of(py, t)?;
                     (Target::Env(env), None)
                 } else if let Some(envs) = int_array(t) {
                     let envs = envs
                         .into_iter()
-                        .map(|env| self.env_of(py, env))
+                        .map(|env| index_of(py, env, self.pool.num_envs()))
                         .collect::<PyResult<Vec<usize>>>()?;
                     let rows = envs.len();
                     (Target::Envs(envs), Some(rows))
                 } else {
-                    let envs: Vec<i64> = t.extract().map_err(|_| {
-                        invalid_type(
-                            py,
-                            format!(
-                                "env_index must be an int or a list of ints, got {}",
-                                t.get_type()
-                                    .name()
-                                    .map_or_else(|_| "?".into(), |n| n.to_string())
-                            ),
-                        )
-                    })?;
-                    let envs = envs
-                        .into_iter()
+                    let items: Vec<Bound<'py, PyAny>> = t
+                        .cast::<PySequence>()
+                        .ok()
+                        .filter(|_| !t.is_instance_of::<PyString>())
+                        .and_then(|seq| seq.try_iter().ok()?.collect::<PyResult<_>>().ok())
+                        .filter(|items: &Vec<Bound<'py, PyAny>>| {
+                            items
+                                .iter()
+                                .all(|i| i.is_instance_of::<PyInt>() || int_like(i))
+                        })
+                        .ok_or_else(|| {
+                            invalid_type(
+                                py,
+                                format!(
+                                    "env_index must be an int or a list of ints, got {}",
+                                    t.get_type()
+                                        .name()
+                                        .map_or_else(|_| "?".into(), |n| n.to_string())
+                                ),
+                            )
+                        })?;
+                    let envs = items
+                        .iter()
                         .map(|env| self.env_of(py, env))
                         .collect::<PyResult<Vec<usize>>>()?;
                     let rows = envs.len();
@@ -389,10 +437,15 @@ impl Pool {
                 let batch = match (batch, rows, &target) {
                     (Some(batch), _, _) => batch,
                     (None, Some(rows), _) => self.rows_batch(None, rows),
-                    (None, None, Target::Env(env)) => self.pool.env_batch_sizes().swap_remove(*env),
+                    (None, None, Target::Env(env)) => self
+                        .pool
+                        .env_batch_sizes()
+                        .get(*env)
+                        .cloned()
+                        .unwrap_or_default(),
                     (None, None, _) => Vec::new(),
                 };
-                Some(td_from_py(py, &td, &batch)?)
+                Some(td_from_py(py, &td, &batch, &self.expected)?)
             }
         };
         let result = match op {
@@ -417,11 +470,13 @@ impl Pool {
         &self,
         py: Python<'py>,
         op: u8,
-        min_get: i64,
-        max_get: Option<i64>,
+        min_get: Bound<'py, PyAny>,
+        max_get: Option<Bound<'py, PyAny>>,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let op = op_of(py, op)?;
+        let min_get = int_arg(py, "min_get", &min_get)?;
+        let max_get = max_get.map(|m| int_arg(py, "max_get", &m)).transpose()?;
         let min_get = usize::try_from(min_get).map_err(|_| {
             invalid_argument(py, format!("min_get must be at least 1, got {min_get}"))
         })?;
@@ -461,11 +516,11 @@ impl Pool {
         &self,
         py: Python<'py>,
         op: u8,
-        env: i64,
+        env: Bound<'py, PyAny>,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let op = op_of(py, op)?;
-        let env = self.env_of(py, env)?;
+        let env = self.env_of(py, &env)?;
         let timeout = timeout_of(py, timeout)?;
         match op {
             Op::Reset => {
@@ -517,27 +572,78 @@ impl Pool {
         })
     }
 
-    /// An env index from Python, checked (negative or too large: an error
-    /// naming it).
-    fn env_of(&self, py: Python<'_>, env: i64) -> PyResult<usize> {
-        usize::try_from(env)
-            .ok()
-            .filter(|&e| e < self.pool.num_envs())
-            .ok_or_else(|| {
-                invalid_argument(
-                    py,
-                    format!(
-                        "env index {env} is out of range for a pool of {} envs",
-                        self.pool.num_envs()
-                    ),
-                )
-            })
+    /// An env index from Python (an int or an integer numpy scalar): a
+    /// negative one or one too large for any pool is an error naming it;
+    /// the pool checks the rest (range, duplicates) in its own order.
+    fn env_of(&self, py: Python<'_>, env: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let num_envs = self.pool.num_envs();
+        match env.extract::<i64>() {
+            Ok(env) => index_of(py, env, num_envs),
+            Err(_) if env.is_instance_of::<PyInt>() => Err(invalid_argument(
+                py,
+                format!("env index {env} is out of range for a pool of {num_envs} envs"),
+            )),
+            Err(_) => Err(invalid_type(
+                py,
+                format!(
+                    "an env index is an int, got {}",
+                    env.get_type()
+                        .name()
+                        .map_or_else(|_| "?".into(), |n| n.to_string())
+                ),
+            )),
+        }
     }
 }
 
 /// `(result, next_root)` for Python.
 fn pair<'py>(py: Python<'py>, step: Batch, root: Batch) -> PyResult<Bound<'py, PyTuple>> {
     PyTuple::new(py, [batch_to_py(py, step)?, batch_to_py(py, root)?])
+}
+
+/// An integer argument; one beyond 64 bits saturates (the pool's own checks
+/// then name it), anything else is an `InvalidType` naming `name`.
+fn int_arg(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
+    match value.extract::<i64>() {
+        Ok(v) if !value.is_instance_of::<PyBool>() => Ok(v),
+        Err(_) if value.is_instance_of::<PyInt>() => {
+            Ok(if value.gt(0)? { i64::MAX } else { i64::MIN })
+        }
+        _ => Err(invalid_type(
+            py,
+            format!(
+                "{name} must be an int, got {}",
+                value
+                    .get_type()
+                    .name()
+                    .map_or_else(|_| "?".into(), |n| n.to_string())
+            ),
+        )),
+    }
+}
+
+/// A positive integer argument (a count of envs or threads).
+fn positive(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let v = int_arg(py, name, value)?;
+    usize::try_from(v)
+        .ok()
+        .filter(|&v| v >= 1)
+        .ok_or_else(|| invalid_argument(py, format!("{name} must be at least 1, got {value}")))
+}
+
+/// A non-negative env index (the pool checks its range).
+fn index_of(py: Python<'_>, env: i64, num_envs: usize) -> PyResult<usize> {
+    usize::try_from(env).map_err(|_| {
+        invalid_argument(
+            py,
+            format!("env index {env} is out of range for a pool of {num_envs} envs"),
+        )
+    })
+}
+
+/// Whether a value is an integer numpy scalar.
+fn int_like(value: &Bound<'_, PyAny>) -> bool {
+    value.hasattr("__index__").unwrap_or(false) && !value.is_instance_of::<PyFloat>()
 }
 
 /// The values of an integer numpy array (any shape), read directly.
