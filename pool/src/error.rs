@@ -156,6 +156,11 @@ pub enum PoolError {
     /// The pool was shut down.
     #[error("the pool is shut down")]
     ShutDown,
+    /// A wait ended by the check of [`interruptible`](crate::interruptible)
+    /// (a binding's Ctrl-C): nothing was taken, the results waited for stay
+    /// in flight for a later receive.
+    #[error("interrupted while waiting; the results in flight stay for a later receive")]
+    Interrupted,
     /// An env failed: its `reset` or `step` returned an error or panicked.
     /// The same error on every backend; the backend's own error is its
     /// source ([`EnvFailure`]). The env is idle again; other envs go on.

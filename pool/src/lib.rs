@@ -72,6 +72,7 @@ mod batch;
 mod config;
 mod dispatch;
 mod error;
+mod interrupt;
 mod pool;
 mod pool_specs;
 mod target;
@@ -79,6 +80,7 @@ mod target;
 pub use crate::batch::Batch;
 pub use crate::config::{Backend, EnvMaker, ResolvedExchange, StackMode};
 pub use crate::error::{EnvFailure, PoolError};
+pub use crate::interrupt::{interruptible, CHECK_EVERY};
 pub use crate::pool::{AsyncEnvPool, PoolBuilder};
 pub use crate::pool_specs::PoolSpecs;
 pub use crate::target::{Recv, Target};
@@ -99,7 +101,7 @@ pub use pool_thread::{ThreadError, ThreadOptions};
 pub use affinity::{available_cpus, current_cpus, Affinity, AffinityError};
 
 #[doc(inline)]
-pub use pool_proc::{init, libtest_worker_args, ExchangeMode, ProcError, ProcOptions};
+pub use pool_proc::{init, is_worker, libtest_worker_args, ExchangeMode, ProcError, ProcOptions};
 
 /// The README's code blocks, compiled and run as doc tests so that the quick
 /// start never goes stale.

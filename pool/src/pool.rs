@@ -451,6 +451,11 @@ impl AsyncEnvPool {
         ))
     }
 
+    /// Whether [`AsyncEnvPool::shutdown`] was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.book().shut_down
+    }
+
     /// The envs in flight (sent, result not yet received).
     pub fn in_flight(&self) -> Vec<usize> {
         self.book().busy_envs()

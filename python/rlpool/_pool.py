@@ -55,9 +55,7 @@ def _unwrap(td: TensorDictLike | None) -> tuple[Any, tuple[int, ...] | None]:
         return td._data, td.batch_size
     if isinstance(td, Mapping):
         return td, None
-    raise InvalidType(
-        f"expected a TensorDict or a dict of arrays, got {type(td).__name__}"
-    )
+    raise InvalidType(f"expected a TensorDict or a dict of arrays, got {type(td).__name__}")
 
 
 class AsyncEnvPool:
@@ -118,9 +116,16 @@ class AsyncEnvPool:
         num_threads: int | None = None,
         start_timeout: float = 60.0,
     ) -> None:
-        makers = [env_makers] if isinstance(env_makers, str) else list(env_makers)
-        for i, maker in enumerate(makers):
-            if not isinstance(maker, str):
+        given: list[EnvMaker]
+        if isinstance(env_makers, str) or callable(env_makers):
+            given = [env_makers]
+        else:
+            given = list(env_makers)
+        makers: list[str] = []
+        for i, maker in enumerate(given):
+            if isinstance(maker, str):
+                makers.append(maker)
+            else:
                 raise InvalidType(
                     f"env_makers[{i}] is {type(maker).__name__}: this version builds envs by "
                     "registered name (a str); Python env makers come with Python envs in workers"
@@ -129,9 +134,6 @@ class AsyncEnvPool:
             kwargs: list[Any] = [create_env_kwargs] * len(makers)
         else:
             kwargs = list(create_env_kwargs)
-        if callable(worker_affinity):
-            workers = _worker_count(backend, len(makers), envs_per_worker, num_threads)
-            worker_affinity = [list(worker_affinity(w)) for w in range(workers)]
         self._native = _native.Pool(
             makers,
             kwargs,
@@ -139,7 +141,7 @@ class AsyncEnvPool:
             stack=stack,
             exchange=exchange,
             envs_per_worker=envs_per_worker,
-            worker_affinity=None if worker_affinity is None else [list(s) for s in worker_affinity],
+            worker_affinity=worker_affinity,
             num_threads=num_threads,
             start_timeout=start_timeout,
             worker_command=[sys.executable, "-m", "rlpool._worker"],
@@ -179,11 +181,11 @@ class AsyncEnvPool:
         return str(self._native.stack)
 
     @property
-    def resolved_exchange(self) -> str | None:
-        """The exchange in use: ``"shm"`` or ``"queue"`` with processes,
-        ``None`` with threads (which share memory and need none)."""
-        value = self._native.resolved_exchange
-        return None if value is None else str(value)
+    def resolved_exchange(self) -> str:
+        """The exchange in use: ``"shm"`` (shared-memory slots, processes
+        only) or ``"queue"`` (tensordicts passed whole: in memory with
+        threads, over sockets with processes)."""
+        return str(self._native.resolved_exchange)
 
     @property
     def exchange_reason(self) -> str | None:
@@ -253,7 +255,8 @@ class AsyncEnvPool:
     def rand_action(self, rng: np.random.Generator | None = None) -> TensorDict:
         """A random action for every env (a :class:`TensorDict` with the
         pool's batch size), drawn from :attr:`full_action_spec`."""
-        return self.full_action_spec.rand(rng)
+        action: TensorDict = self.full_action_spec.rand(rng)
+        return action
 
     # -- synchronous calls -------------------------------------------------
 
@@ -279,10 +282,7 @@ class AsyncEnvPool:
     def _send(
         self, op: int, td: TensorDictLike | None, env_index: int | Sequence[int] | None
     ) -> None:
-        if env_index is not None and not isinstance(env_index, (int, np.integer)):
-            env_index = [int(i) for i in np.asarray(env_index).reshape(-1)]
-        elif env_index is not None:
-            env_index = int(env_index)
+        # An int, a list or an integer array: the native side reads them all.
         self._native.send(op, *_unwrap(td), env_index)
 
     def _recv(
@@ -414,12 +414,3 @@ class AsyncEnvPool:
 def _leaf(spec: Composite) -> Any:
     keys = spec.keys(include_nested=True, leaves_only=True)
     return spec[keys[0]] if len(keys) == 1 else spec
-
-
-def _worker_count(
-    backend: str, num_envs: int, envs_per_worker: int, num_threads: int | None
-) -> int:
-    if backend == "multiprocessing":
-        per = max(envs_per_worker, 1)
-        return -(-num_envs // per)
-    return num_threads or num_envs

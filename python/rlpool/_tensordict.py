@@ -179,7 +179,9 @@ class TensorDict:
 
     def get(self, key: NestedKey, default: Any = None) -> Any:
         """The entry under ``key``, or ``default``."""
-        return self[key] if key in self else default
+        if key in self:
+            return self[key]
+        return default
 
     def set(self, key: NestedKey, value: Any) -> TensorDict:
         """Sets an entry and returns the tensordict."""

@@ -17,7 +17,9 @@ pub(crate) fn to_kwargs(dict: Option<&Bound<'_, PyDict>>, env: usize) -> PyResul
         let key: String = key.extract().map_err(|_| {
             PyTypeError::new_err(format!(
                 "create_env_kwargs of env {env}: keys must be strings, got {}",
-                key.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
+                key.get_type()
+                    .name()
+                    .map_or_else(|_| "?".into(), |n| n.to_string())
             ))
         })?;
         let value = to_value(&value).map_err(|found| {
@@ -57,7 +59,11 @@ fn to_value(value: &Bound<'_, PyAny>) -> Result<KwValue, String> {
             .try_iter()
             .and_then(|it| it.collect())
             .map_err(|_| "a list".to_string())?;
-        return items.iter().map(to_value).collect::<Result<_, _>>().map(KwValue::List);
+        return items
+            .iter()
+            .map(to_value)
+            .collect::<Result<_, _>>()
+            .map(KwValue::List);
     }
     // numpy scalars and anything else that converts losslessly.
     if let Ok(v) = value.extract::<i64>() {

@@ -7,7 +7,7 @@ use pool_core::Op;
 
 use super::book::{EnvState, Taken, TakenEnv};
 use super::AsyncEnvPool;
-use crate::{PoolError, Recv};
+use crate::{interrupt, PoolError, Recv};
 
 impl AsyncEnvPool {
     /// Waits for the results of a batch receive and marks them taken.
@@ -122,7 +122,10 @@ impl AsyncEnvPool {
             } else {
                 recv.min_get - ready.len()
             };
-            backend.wait(ticket, needed, deadline, start);
+            if interrupt::requested() {
+                return Err(PoolError::Interrupted);
+            }
+            backend.wait(ticket, needed, interrupt::wake_by(deadline), start);
         }
     }
 
@@ -168,7 +171,10 @@ impl AsyncEnvPool {
             drop(book);
             // No helping here: a chunk of other envs run on this thread
             // could keep it long after its own env is done.
-            backend.wait(ticket, 1, deadline, start);
+            if interrupt::requested() {
+                return Err(PoolError::Interrupted);
+            }
+            backend.wait(ticket, 1, interrupt::wake_by(deadline), start);
         }
     }
 }

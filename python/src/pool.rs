@@ -1,0 +1,613 @@
+//! `_native.Pool`: the facade's `AsyncEnvPool` for Python. Every call
+//! converts its input with the GIL, releases the GIL for the pool call
+//! (which runs under a Ctrl-C check, see [`pool::interruptible`]), and
+//! converts the result with the GIL again.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use numpy::{PyArrayDyn, PyArrayMethods};
+use pool::envs::Kwargs;
+use pool::{
+    Affinity, AsyncEnvPool, Backend, Batch, EnvMaker, ExchangeMode, PoolError, ProcOptions, Recv,
+    ResolvedExchange, StackMode, Target, ThreadOptions,
+};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use crate::convert::{batch_to_py, td_from_py, td_with_batch};
+use crate::errors::{invalid_argument, invalid_type, to_py, During};
+use crate::kwargs::to_kwargs;
+
+/// An operation, as the Python layer numbers them.
+fn op_of(py: Python<'_>, op: u8) -> PyResult<Op> {
+    match op {
+        0 => Ok(Op::Reset),
+        1 => Ok(Op::Step),
+        2 => Ok(Op::StepAndMaybeReset),
+        _ => Err(invalid_argument(py, format!("unknown operation {op}"))),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Reset,
+    Step,
+    StepAndMaybeReset,
+}
+
+/// Runs `call` with the GIL released, under a check for signals every
+/// `pool::CHECK_EVERY`: Ctrl-C ends the wait with `KeyboardInterrupt`
+/// (nothing lost).
+fn blocking<T: Send>(
+    py: Python<'_>,
+    call: impl FnOnce() -> Result<T, PoolError> + Send,
+) -> PyResult<T> {
+    let (result, signal) = py.detach(|| {
+        let raised: Rc<Cell<Option<PyErr>>> = Rc::new(Cell::new(None));
+        let slot = raised.clone();
+        let result = pool::interruptible(
+            move || match Python::attach(|py| py.check_signals()) {
+                Ok(()) => false,
+                Err(err) => {
+                    slot.set(Some(err));
+                    true
+                }
+            },
+            call,
+        );
+        (result, raised.take())
+    });
+    match result {
+        Ok(value) => Ok(value),
+        Err(PoolError::Interrupted) if signal.is_some() => Err(signal.expect("checked")),
+        Err(err) => Err(to_py(py, err, During::Call)),
+    }
+}
+
+/// A timeout in seconds (`None`: none; infinite: none).
+fn timeout_of(py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Duration>> {
+    match timeout {
+        None => Ok(None),
+        Some(t) if t.is_nan() || t < 0.0 => Err(invalid_argument(
+            py,
+            format!("timeout must be a non-negative number of seconds, got {t}"),
+        )),
+        Some(t) if t.is_infinite() => Ok(None),
+        Some(t) => Ok(Duration::try_from_secs_f64(t).ok()),
+    }
+}
+
+/// The pool behind `rlpool.AsyncEnvPool`.
+#[pyclass(frozen, module = "rlpool._native")]
+pub(crate) struct Pool {
+    pool: AsyncEnvPool,
+    backend: &'static str,
+    stack: &'static str,
+}
+
+#[pymethods]
+impl Pool {
+    /// Builds the envs (registered names, one kwargs dict or `None` each)
+    /// and starts the workers.
+    #[new]
+    #[pyo3(signature = (
+        names, kwargs, *, backend, stack, exchange, envs_per_worker, worker_affinity,
+        num_threads, start_timeout, worker_command
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        names: Vec<String>,
+        kwargs: Vec<Option<Bound<'_, PyDict>>>,
+        backend: &str,
+        stack: &str,
+        exchange: &str,
+        envs_per_worker: usize,
+        worker_affinity: Option<Bound<'_, PyAny>>,
+        num_threads: Option<usize>,
+        start_timeout: f64,
+        worker_command: Vec<String>,
+    ) -> PyResult<Pool> {
+        if kwargs.len() != names.len() {
+            return Err(invalid_argument(
+                py,
+                format!(
+                    "create_env_kwargs has {} dicts for {} envs",
+                    kwargs.len(),
+                    names.len()
+                ),
+            ));
+        }
+        let mut builder = AsyncEnvPool::builder();
+        for (env, (name, kwargs)) in names.iter().zip(&kwargs).enumerate() {
+            let kwargs: Kwargs = to_kwargs(kwargs.as_ref(), env)?;
+            builder = builder.maker(EnvMaker::registry(name.clone(), kwargs));
+        }
+        let stack_mode = match stack {
+            "dense" => StackMode::Dense,
+            "maybe_dense" => StackMode::MaybeDense,
+            "lazy" | "lazy_stack" => StackMode::Lazy,
+            other => {
+                return Err(invalid_argument(
+                    py,
+                    format!("stack must be \"dense\", \"maybe_dense\" or \"lazy\", got {other:?}"),
+                ))
+            }
+        };
+        let exchange_mode = match exchange {
+            "auto" => ExchangeMode::Auto,
+            "queue" => ExchangeMode::Queue,
+            "shm" => ExchangeMode::Shm,
+            other => {
+                return Err(invalid_argument(
+                    py,
+                    format!("exchange must be \"auto\", \"queue\" or \"shm\", got {other:?}"),
+                ))
+            }
+        };
+        let failed: Arc<Mutex<Option<PyErr>>> = Arc::new(Mutex::new(None));
+        let affinity = worker_affinity
+            .map(|a| affinity_of(py, a, failed.clone()))
+            .transpose()?;
+        if !(start_timeout.is_finite() && start_timeout > 0.0) {
+            return Err(invalid_argument(
+                py,
+                format!("start_timeout must be a positive number of seconds, got {start_timeout}"),
+            ));
+        }
+        let (backend, backend_name) = match backend {
+            "threading" => {
+                let mut options = ThreadOptions::default().threads(num_threads.unwrap_or(0));
+                if let Some(affinity) = affinity {
+                    options = options.affinity(affinity);
+                }
+                (Backend::Threading(options), "threading")
+            }
+            "multiprocessing" => {
+                let (program, args) = worker_command
+                    .split_first()
+                    .ok_or_else(|| invalid_argument(py, "worker_command is empty".to_string()))?;
+                let mut options = ProcOptions::default()
+                    .envs_per_worker(envs_per_worker)
+                    .exchange(exchange_mode)
+                    .program(program)
+                    .worker_args(args)
+                    .start_timeout(Duration::from_secs_f64(start_timeout));
+                if let Some(threads) = num_threads {
+                    options = options.threads_per_worker(threads);
+                }
+                if let Some(affinity) = affinity {
+                    options = options.affinity(affinity);
+                }
+                (Backend::Multiprocessing(options), "multiprocessing")
+            }
+            other => {
+                return Err(invalid_argument(
+                    py,
+                    format!("backend must be \"threading\" or \"multiprocessing\", got {other:?}"),
+                ))
+            }
+        };
+        let builder = builder.backend(backend).stack(stack_mode);
+        let built = py.detach(|| builder.build());
+        if let Some(err) = failed.lock().map_or(None, |mut slot| slot.take()) {
+            return Err(err);
+        }
+        let pool = built.map_err(|err| to_py(py, err, During::Start))?;
+        let stack_name = match stack_mode {
+            StackMode::Dense => "dense",
+            StackMode::MaybeDense => "maybe_dense",
+            _ => "lazy",
+        };
+        Ok(Pool {
+            pool,
+            backend: backend_name,
+            stack: stack_name,
+        })
+    }
+
+    /// The number of envs.
+    #[getter]
+    fn num_envs(&self) -> usize {
+        self.pool.num_envs()
+    }
+
+    /// The pool's batch size.
+    #[getter]
+    fn batch_size<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.pool.batch_size())
+    }
+
+    /// Each env's batch size.
+    #[getter]
+    fn env_batch_sizes(&self) -> Vec<Vec<usize>> {
+        self.pool.env_batch_sizes()
+    }
+
+    /// Each env's name.
+    #[getter]
+    fn env_names(&self) -> Vec<String> {
+        self.pool.env_names().to_vec()
+    }
+
+    /// `"threading"` or `"multiprocessing"`.
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// The stacking mode.
+    #[getter]
+    fn stack(&self) -> &'static str {
+        self.stack
+    }
+
+    /// `"shm"` or `"queue"`.
+    #[getter]
+    fn resolved_exchange(&self) -> &'static str {
+        match self.pool.resolved_exchange() {
+            ResolvedExchange::Shm => "shm",
+            _ => "queue",
+        }
+    }
+
+    /// Why the queue was chosen, if it was.
+    #[getter]
+    fn exchange_reason(&self) -> Option<String> {
+        self.pool.exchange_reason().map(str::to_string)
+    }
+
+    /// The worker processes' ids.
+    #[getter]
+    fn worker_pids(&self) -> Vec<u32> {
+        self.pool.worker_pids()
+    }
+
+    /// Whether the pool was shut down.
+    #[getter]
+    fn is_shut_down(&self) -> bool {
+        self.pool.is_shut_down()
+    }
+
+    /// The envs in flight.
+    fn in_flight(&self) -> Vec<usize> {
+        self.pool.in_flight()
+    }
+
+    /// The pool's five full specs, described.
+    fn specs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        for (name, spec) in [
+            ("full_action_spec", self.pool.full_action_spec()),
+            ("full_observation_spec", self.pool.full_observation_spec()),
+            ("full_reward_spec", self.pool.full_reward_spec()),
+            ("full_done_spec", self.pool.full_done_spec()),
+            ("full_state_spec", self.pool.full_state_spec()),
+        ] {
+            dict.set_item(name, crate::specs::describe(py, spec)?)?;
+        }
+        Ok(dict)
+    }
+
+    /// Resets every env.
+    #[pyo3(signature = (td, batch))]
+    fn reset<'py>(
+        &self,
+        py: Python<'py>,
+        td: Option<Bound<'py, PyAny>>,
+        batch: Option<Vec<usize>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let td = td
+            .map(|td| td_from_py(py, &td, &self.rows_batch(batch, self.pool.num_envs())))
+            .transpose()?;
+        let out = blocking(py, || self.pool.reset(td))?;
+        batch_to_py(py, out)
+    }
+
+    /// Steps every env.
+    fn step<'py>(
+        &self,
+        py: Python<'py>,
+        td: Bound<'py, PyAny>,
+        batch: Option<Vec<usize>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let td = td_from_py(py, &td, &self.rows_batch(batch, self.pool.num_envs()))?;
+        let out = blocking(py, || self.pool.step(td))?;
+        batch_to_py(py, out)
+    }
+
+    /// Steps every env and resets those done: `(result, next_root)`.
+    fn step_and_maybe_reset<'py>(
+        &self,
+        py: Python<'py>,
+        td: Bound<'py, PyAny>,
+        batch: Option<Vec<usize>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let td = td_from_py(py, &td, &self.rows_batch(batch, self.pool.num_envs()))?;
+        let (step, root) = blocking(py, || self.pool.step_and_maybe_reset(td))?;
+        pair(py, step, root)
+    }
+
+    /// Sends `op` to the envs of `target`: an int (one env), a list, or
+    /// `None` (the td's `"env_index"`, else every env).
+    #[pyo3(signature = (op, td, batch, target))]
+    fn send<'py>(
+        &self,
+        py: Python<'py>,
+        op: u8,
+        td: Option<Bound<'py, PyAny>>,
+        batch: Option<Vec<usize>>,
+        target: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<()> {
+        let op = op_of(py, op)?;
+        let (target, rows) = match &target {
+            None => match &td {
+                Some(td) if has_env_index(td) => {
+                    let rows = env_index_rows(td).unwrap_or(0);
+                    (Target::EnvIndex, Some(rows))
+                }
+                _ => (Target::All, Some(self.pool.num_envs())),
+            },
+            Some(t) => {
+                if let Ok(env) = t.extract::<i64>() {
+                    let env = self.env_of(py, env)?;
+                    (Target::Env(env), None)
+                } else if let Some(envs) = int_array(t) {
+                    let envs = envs
+                        .into_iter()
+                        .map(|env| self.env_of(py, env))
+                        .collect::<PyResult<Vec<usize>>>()?;
+                    let rows = envs.len();
+                    (Target::Envs(envs), Some(rows))
+                } else {
+                    let envs: Vec<i64> = t.extract().map_err(|_| {
+                        invalid_type(
+                            py,
+                            format!(
+                                "env_index must be an int or a list of ints, got {}",
+                                t.get_type()
+                                    .name()
+                                    .map_or_else(|_| "?".into(), |n| n.to_string())
+                            ),
+                        )
+                    })?;
+                    let envs = envs
+                        .into_iter()
+                        .map(|env| self.env_of(py, env))
+                        .collect::<PyResult<Vec<usize>>>()?;
+                    let rows = envs.len();
+                    (Target::Envs(envs), Some(rows))
+                }
+            }
+        };
+        let td = match td {
+            None => None,
+            Some(td) => {
+                let batch = match (batch, rows, &target) {
+                    (Some(batch), _, _) => batch,
+                    (None, Some(rows), _) => self.rows_batch(None, rows),
+                    (None, None, Target::Env(env)) => self.pool.env_batch_sizes().swap_remove(*env),
+                    (None, None, _) => Vec::new(),
+                };
+                Some(td_from_py(py, &td, &batch)?)
+            }
+        };
+        let result = match op {
+            Op::Reset => self.pool.async_reset_send(td, target),
+            Op::Step => match td {
+                Some(td) => self.pool.async_step_send(td, target),
+                None => Err(PoolError::MissingInput { op: "step" }),
+            },
+            Op::StepAndMaybeReset => match td {
+                Some(td) => self.pool.async_step_and_maybe_reset_send(td, target),
+                None => Err(PoolError::MissingInput {
+                    op: "step_and_maybe_reset",
+                }),
+            },
+        };
+        result.map_err(|err| to_py(py, err, During::Call))
+    }
+
+    /// Receives a batch of `op`'s results.
+    #[pyo3(signature = (op, min_get, max_get, timeout))]
+    fn recv<'py>(
+        &self,
+        py: Python<'py>,
+        op: u8,
+        min_get: i64,
+        max_get: Option<i64>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let op = op_of(py, op)?;
+        let min_get = usize::try_from(min_get).map_err(|_| {
+            invalid_argument(py, format!("min_get must be at least 1, got {min_get}"))
+        })?;
+        let mut recv = Recv::new().min_get(min_get);
+        if let Some(max_get) = max_get {
+            let max = usize::try_from(max_get).map_err(|_| {
+                invalid_argument(
+                    py,
+                    format!("max_get must be at least min_get ({min_get}), got {max_get}"),
+                )
+            })?;
+            recv = recv.max_get(max);
+        }
+        if let Some(timeout) = timeout_of(py, timeout)? {
+            recv = recv.timeout(timeout);
+        }
+        match op {
+            Op::Reset => {
+                let out = blocking(py, || self.pool.async_reset_recv(recv))?;
+                batch_to_py(py, out)
+            }
+            Op::Step => {
+                let out = blocking(py, || self.pool.async_step_recv(recv))?;
+                batch_to_py(py, out)
+            }
+            Op::StepAndMaybeReset => {
+                let (step, root) =
+                    blocking(py, || self.pool.async_step_and_maybe_reset_recv(recv))?;
+                pair(py, step, root)
+            }
+        }
+    }
+
+    /// Receives env `env`'s result of `op`.
+    #[pyo3(signature = (op, env, timeout))]
+    fn recv_env<'py>(
+        &self,
+        py: Python<'py>,
+        op: u8,
+        env: i64,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let op = op_of(py, op)?;
+        let env = self.env_of(py, env)?;
+        let timeout = timeout_of(py, timeout)?;
+        match op {
+            Op::Reset => {
+                let td = blocking(py, || self.pool.async_reset_recv_env(env, timeout))?;
+                td_with_batch(py, td)
+            }
+            Op::Step => {
+                let td = blocking(py, || self.pool.async_step_recv_env(env, timeout))?;
+                td_with_batch(py, td)
+            }
+            Op::StepAndMaybeReset => {
+                let (step, root) = blocking(py, || {
+                    self.pool.async_step_and_maybe_reset_recv_env(env, timeout)
+                })?;
+                PyTuple::new(py, [td_with_batch(py, step)?, td_with_batch(py, root)?])
+            }
+        }
+    }
+
+    /// The exchange's statistics (TorchRL's names), or `None`.
+    fn stats<'py>(&self, py: Python<'py>, reset: bool) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(stats) = self.pool.stats(reset) else {
+            return Ok(None);
+        };
+        let dict = PyDict::new(py);
+        for (name, value) in stats.to_map() {
+            match value {
+                pool::StatValue::Count(v) => dict.set_item(name, v)?,
+                pool::StatValue::Float(v) => dict.set_item(name, v)?,
+            }
+        }
+        Ok(Some(dict))
+    }
+
+    /// Stops the pool (idempotent); waits for the workers with the GIL
+    /// released.
+    fn shutdown(&self, py: Python<'_>) {
+        py.detach(|| self.pool.shutdown());
+    }
+}
+
+impl Pool {
+    /// `[rows, ..env batch size]` unless the caller gave a batch size.
+    fn rows_batch(&self, batch: Option<Vec<usize>>, rows: usize) -> Vec<usize> {
+        batch.unwrap_or_else(|| {
+            let mut batch = vec![rows];
+            batch.extend_from_slice(self.pool.batch_size().get(1..).unwrap_or(&[]));
+            batch
+        })
+    }
+
+    /// An env index from Python, checked (negative or too large: an error
+    /// naming it).
+    fn env_of(&self, py: Python<'_>, env: i64) -> PyResult<usize> {
+        usize::try_from(env)
+            .ok()
+            .filter(|&e| e < self.pool.num_envs())
+            .ok_or_else(|| {
+                invalid_argument(
+                    py,
+                    format!(
+                        "env index {env} is out of range for a pool of {} envs",
+                        self.pool.num_envs()
+                    ),
+                )
+            })
+    }
+}
+
+/// `(result, next_root)` for Python.
+fn pair<'py>(py: Python<'py>, step: Batch, root: Batch) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(py, [batch_to_py(py, step)?, batch_to_py(py, root)?])
+}
+
+/// The values of an integer numpy array (any shape), read directly.
+fn int_array(value: &Bound<'_, PyAny>) -> Option<Vec<i64>> {
+    if let Ok(array) = value.cast::<PyArrayDyn<i64>>() {
+        return Some(array.readonly().as_array().iter().copied().collect());
+    }
+    if let Ok(array) = value.cast::<PyArrayDyn<i32>>() {
+        return Some(
+            array
+                .readonly()
+                .as_array()
+                .iter()
+                .map(|&v| i64::from(v))
+                .collect(),
+        );
+    }
+    None
+}
+
+fn has_env_index(td: &Bound<'_, PyAny>) -> bool {
+    td.contains("env_index").unwrap_or(false)
+        || td
+            .getattr("_data")
+            .and_then(|d| d.contains("env_index"))
+            .unwrap_or(false)
+}
+
+/// The number of rows an `"env_index"` entry names.
+fn env_index_rows(td: &Bound<'_, PyAny>) -> Option<usize> {
+    let data = td.getattr("_data").unwrap_or_else(|_| td.clone());
+    let index = data.get_item("env_index").ok()?;
+    let numpy = td.py().import("numpy").ok()?;
+    let array = numpy.getattr("asarray").ok()?.call1((index,)).ok()?;
+    let shape: Vec<usize> = array.getattr("shape").ok()?.extract().ok()?;
+    Some(shape.first().copied().unwrap_or(1))
+}
+
+/// A worker affinity: a list of CPU lists, or a function of the worker
+/// index (called in the parent while the pool starts; its error is kept
+/// in `failed` and raised after).
+fn affinity_of(
+    py: Python<'_>,
+    affinity: Bound<'_, PyAny>,
+    failed: Arc<Mutex<Option<PyErr>>>,
+) -> PyResult<Affinity> {
+    if affinity.is_callable() {
+        let function = affinity.unbind();
+        return Ok(Affinity::by_worker(move |worker| {
+            Python::attach(|py| {
+                let cpus = function
+                    .call1(py, (worker,))
+                    .and_then(|cpus| cpus.extract::<Vec<usize>>(py));
+                cpus.unwrap_or_else(|err| {
+                    if let Ok(mut slot) = failed.lock() {
+                        slot.get_or_insert(err);
+                    }
+                    Vec::new()
+                })
+            })
+        }));
+    }
+    let sets: Vec<Vec<usize>> = affinity.extract().map_err(|_| {
+        invalid_type(
+            py,
+            "worker_affinity must be a list of CPU lists (one per worker) or a function of the \
+             worker index"
+                .to_string(),
+        )
+    })?;
+    let _ = PyList::empty(py);
+    Ok(Affinity::per_worker(sets))
+}
