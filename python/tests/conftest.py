@@ -30,7 +30,7 @@ import rlpool
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_behind() -> Iterator[None]:
     """After the whole suite: every worker process reaped, nothing added to
-    ``/dev/shm``, no memfd of a pool still open in this process."""
+    ``/dev/shm`` (see also :func:`pytest_sessionfinish`)."""
     children_before = children()
     shm_before = dev_shm()
     yield
@@ -38,10 +38,28 @@ def nothing_left_behind() -> Iterator[None]:
     wait_until(lambda: not (children() - children_before), patience=10.0)
     left = sorted(children() - children_before)
     shm_added = sorted(dev_shm() - shm_before)
-    memfds = rlpool_memfds()
     assert not left, f"child processes left after the suite: {left}"
     assert not shm_added, f"/dev/shm entries left after the suite: {shm_added}"
-    assert not memfds, f"memfds of rlpool still open after the suite: {memfds}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Once every test and fixture is done and pytest holds no test's
+    objects any more: no memfd of a pool may still be open in this process
+    (a pool or result kept alive by the bindings). Fails the run if one
+    is."""
+    if session.config.option.collectonly:
+        return
+    gc.collect()
+    memfds = rlpool_memfds()
+    if memfds:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = f"FAILED: memfds of rlpool still open after the suite: {memfds}"
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(message, red=True)
+        else:
+            print(message)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(params=CONFIGS, ids=str)

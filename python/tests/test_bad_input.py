@@ -610,13 +610,13 @@ def test_build_rows(pools, config):
             "fewer keyword sets than envs",
             lambda: pools(["CountingEnv"] * 3, create_env_kwargs=[{}, {}], **config.options()),
             rlpool.InvalidArgument,
-            ["keyword arguments"],
+            ["create_env_kwargs"],
         ),
         (
             "more keyword sets than envs",
             lambda: pools(["CountingEnv"], create_env_kwargs=[{}, {}], **config.options()),
             rlpool.InvalidArgument,
-            ["keyword arguments"],
+            ["create_env_kwargs"],
         ),
         (
             "an unknown env name",

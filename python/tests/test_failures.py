@@ -184,7 +184,7 @@ def test_pools_that_cannot_start(make_pool):
 
     with pytest.raises(rlpool.InvalidArgument, match="at least one env"):
         make_pool([])
-    with pytest.raises(rlpool.InvalidArgument, match="keyword arguments"):
+    with pytest.raises(rlpool.InvalidArgument, match="create_env_kwargs"):
         make_pool(["CountingEnv"] * 3, create_env_kwargs=[{}, {}])
     with pytest.raises(TypeError, match="start_val"):
         make_pool(["CountingEnv"], create_env_kwargs={"start_val": object()})

@@ -72,7 +72,6 @@ def test_description_shapes_and_dtypes(make_pool, config, stack):
     assert out.batch_size == (n,)
     assert envs_of(out) == list(range(n))
     expected = {
-        "observation": ((4,), np.float32),
         ("next", "observation"): ((4,), np.float32),
         ("next", "reward"): ((1,), np.float32),
         ("next", "done"): ((1,), np.bool_),

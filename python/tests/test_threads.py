@@ -93,7 +93,8 @@ def test_a_held_env_does_not_stop_the_others(pools, tmp_path):
         assert envs_of(batch) == [1, 2, 3]
         for _ in range(5):
             pool.async_step_send(actions([1] * 3), env_index=[1, 2, 3])
-            assert len(pool.async_step_recv(min_get=3, timeout=PATIENCE)) == 3
+            batch = pool.async_step_recv(min_get=3, max_get=3, timeout=PATIENCE)
+            assert envs_of(batch) == [1, 2, 3]
         with pytest.raises(rlpool.Timeout) as info:
             pool.async_step_recv(env_index=0, timeout=0.05)
         assert info.value.env == 0
