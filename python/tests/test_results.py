@@ -259,3 +259,34 @@ def test_stats(make_pool, config):
     else:
         assert pool.stats() is None
         assert pool.stats(reset=True) is None
+
+
+def test_results_are_tensordicts(counters):
+    """A dense result is a ``TensorDict``: nested keys as tuples, ``items``
+    and ``to_dict`` give the same arrays, ``"env_index"`` is an int64
+    array, and indexing a row gives that env's entries."""
+    pool = counters
+    out = pool.step(actions([1] * 4))
+    assert isinstance(out, TensorDict)
+    keys = out.keys(include_nested=True, leaves_only=True)
+    for key in (
+        "action",
+        "env_index",
+        ("next", "observation"),
+        ("next", "reward"),
+        ("next", "done"),
+        ("next", "terminated"),
+        ("next", "truncated"),
+    ):
+        assert key in keys, key
+    assert "next" in out
+    for key, value in out.items(include_nested=True, leaves_only=True):
+        assert isinstance(value, np.ndarray), key
+        assert value.shape[:1] == (4,), key
+    tree = out.to_dict()
+    assert tree["next"]["observation"] is out["next", "observation"]
+    assert out["env_index"].dtype == np.int64
+    assert out["env_index"].tolist() == [0, 1, 2, 3]
+    row = out[1]
+    assert row.batch_size == ()
+    assert item(row, ("next", "observation")) == STARTS[1] + 1
