@@ -43,6 +43,10 @@ FAULTY = "FaultyCounter"
 STARTS = (0, 100, 200, 300)
 
 
+# Envs per worker process in the configurations' pools (see Config.options).
+ENVS_PER_WORKER = 2
+
+
 @dataclass(frozen=True)
 class Config:
     """Where a pool runs: worker threads, or worker processes with the
@@ -65,10 +69,19 @@ class Config:
 
     def options(self, **overrides: Any) -> dict[str, Any]:
         """The pool's keyword arguments for this configuration, with
-        ``overrides``."""
+        ``overrides``. Worker processes take two envs each unless told
+        otherwise: a worker costs an interpreter's start, and envs that
+        share a worker must not wait on each other."""
         options: dict[str, Any] = {"backend": self.backend, "exchange": self.exchange}
+        if self.procs:
+            options["envs_per_worker"] = ENVS_PER_WORKER
         options.update(overrides)
         return options
+
+    def worker_of(self, env: int) -> int | None:
+        """The worker of env ``env`` with :meth:`options`' default
+        (``None`` with threads)."""
+        return env // ENVS_PER_WORKER if self.procs else None
 
     def __str__(self) -> str:
         return self.name

@@ -34,14 +34,14 @@ pytestmark = pytest.mark.timeout(60)
 
 def check_env_failed(err, config, env, during, message):
     """``err`` is an ``EnvFailed`` of env ``env`` during ``during`` whose
-    cause carries ``message``, with the worker that ran it (processes of
-    one env each: worker ``env``; threads: ``None``)."""
+    cause carries ``message``, with the worker that ran it (``None`` with
+    threads)."""
     assert isinstance(err, rlpool.EnvFailed), repr(err)
     assert err.env == env
     assert err.name == FAULTY
     assert err.during == during
     assert message in err.cause, err.cause
-    assert err.worker == (env if config.procs else None)
+    assert err.worker == config.worker_of(env)
     text = str(err)
     assert f"env {env} ({FAULTY}" in text, text
     assert message in text, text

@@ -72,8 +72,7 @@ def test_an_env_that_aborts_its_worker(pools, proc_config):
         pool = pools(
             [FAULTY] * 4,
             create_env_kwargs=[faulty_kwargs(FAULT_AT, "abort"), {}, {}, {}],
-            envs_per_worker=2,
-            **proc_config.options(),
+            **proc_config.options(envs_per_worker=2),
         )
         pool.reset()
         pids = pool.worker_pids

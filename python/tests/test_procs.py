@@ -47,9 +47,9 @@ def all_reaped(pids, patience=5.0):
 def test_workers_are_this_interpreter(pools, proc_config):
     """Each worker is ``sys.executable -m rlpool._worker``, started afresh
     (never forked), a child of this process."""
-    pool = pools(["CountingEnv"] * 2, **proc_config.options())
+    pool = pools(["CountingEnv"] * 2, backend="multiprocessing", exchange=proc_config.exchange)
     pids = pool.worker_pids
-    assert len(pids) == 2
+    assert len(pids) == 2, "one env per worker by default"
     assert set(pids) <= children()
     for pid in pids:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -66,8 +66,7 @@ def test_a_killed_worker_is_an_error_never_a_hang(pools, proc_config):
     pool = pools(
         ["CountingEnv"] * 4,
         create_env_kwargs={"max_steps": 1000},
-        envs_per_worker=2,
-        **proc_config.options(),
+        **proc_config.options(envs_per_worker=2),
     )
     pool.reset()
     pids = pool.worker_pids
@@ -137,7 +136,7 @@ def test_shutdown_and_drop_reap_every_worker(proc_config, how):
     """Shutdown and drop (with results in flight) reap every worker;
     nothing appears under /dev/shm."""
     shm_before = dev_shm()
-    pool = rlpool.AsyncEnvPool(["CartPole-v1"] * 4, envs_per_worker=2, **proc_config.options())
+    pool = rlpool.AsyncEnvPool(["CartPole-v1"] * 4, **proc_config.options(envs_per_worker=2))
     pids = pool.worker_pids
     try:
         pool.reset()
@@ -206,8 +205,7 @@ def test_a_failed_start_names_the_env_and_reaps_the_workers(pools, proc_config):
         pools(
             ["CountingEnv"] * 4,
             create_env_kwargs=[{}, {}, {}, {"no_such_kwarg": 1}],
-            envs_per_worker=2,
-            **proc_config.options(),
+            **proc_config.options(envs_per_worker=2),
         )
     text = str(info.value)
     assert text.startswith("env 3 (CountingEnv, worker 1)"), text
@@ -279,22 +277,25 @@ def test_affinity_is_applied(pools, proc_config):
     before anything starts."""
     first = min(os.sched_getaffinity(0))
     for affinity in ([[first], [first]], lambda w: [first]):
-        pool = pools(["WhereAmI"] * 2, worker_affinity=affinity, **proc_config.options())
+        pool = pools(
+            ["WhereAmI"] * 2, worker_affinity=affinity, **proc_config.options(envs_per_worker=1)
+        )
         root = pool.reset()
         obs = np.asarray(root["observation"])
         pids = pool.worker_pids
         assert obs.dtype == np.int64
         assert obs.tolist() == [[1, first, pids[0]], [1, first, pids[1]]]
+    one_each = proc_config.options(envs_per_worker=1)
     with pytest.raises(rlpool.StartError, match="1 CPU sets for 2 workers"):
-        pools(["WhereAmI"] * 2, worker_affinity=[[first]], **proc_config.options())
+        pools(["WhereAmI"] * 2, worker_affinity=[[first]], **one_each)
     with pytest.raises(rlpool.StartError, match="worker 1: empty CPU set"):
-        pools(["WhereAmI"] * 2, worker_affinity=[[first], []], **proc_config.options())
+        pools(["WhereAmI"] * 2, worker_affinity=[[first], []], **one_each)
 
 
 def test_eight_envs_on_two_workers(pools, proc_config):
     """Several envs share a worker: 8 envs on 2 workers run in the right
     process and step correctly."""
-    pool = pools(["WhereAmI"] * 8, envs_per_worker=4, **proc_config.options())
+    pool = pools(["WhereAmI"] * 8, **proc_config.options(envs_per_worker=4))
     pids = pool.worker_pids
     assert len(pids) == 2
     obs = np.asarray(pool.reset()["observation"])
@@ -303,8 +304,7 @@ def test_eight_envs_on_two_workers(pools, proc_config):
     pool = pools(
         ["CountingEnv"] * 8,
         create_env_kwargs=counting_kwargs(range(8), 1000),
-        envs_per_worker=4,
-        **proc_config.options(),
+        **proc_config.options(envs_per_worker=4),
     )
     pool.reset()
     for step in range(1, 21):
@@ -324,8 +324,7 @@ def test_a_stuck_env_does_not_stop_its_neighbours(pools, proc_config):
     pool = pools(
         [FAULTY] * 3,
         create_env_kwargs=[faulty_kwargs(1, "hang"), {}, {}],
-        envs_per_worker=3,
-        **proc_config.options(),
+        **proc_config.options(envs_per_worker=3),
     )
     pool.reset()
     pool.async_step_send(actions([1] * 3))

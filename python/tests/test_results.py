@@ -59,7 +59,7 @@ def test_description_shapes_and_dtypes(make_pool, config, stack):
     assert f"num_envs={n}" in repr(pool)
     pids = pool.worker_pids
     if config.procs:
-        assert len(set(pids)) == n, "one worker process per env"
+        assert len(set(pids)) == n // 2, "two envs per worker process"
         assert set(pids) <= children(), "the workers are this process's children"
     else:
         assert pids == []
