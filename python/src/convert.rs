@@ -29,6 +29,16 @@ fn ascontiguousarray(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 /// a float32 env) is cast, one of another kind is an `InvalidType`.
 pub(crate) type Expected = [(Vec<String>, DType)];
 
+/// An input converted: the tensordict, and the `InvalidType` for an entry
+/// of a type the envs do not take (an array of another kind, a mapping
+/// where they take an array). That entry is kept as it came, and the error
+/// is raised only if the pool refuses the input: the pool's own checks
+/// (busy envs first) keep their order.
+pub(crate) struct Input {
+    pub(crate) td: TensorDict,
+    pub(crate) type_error: Option<PyErr>,
+}
+
 /// A tensordict of batch size `batch` from a (nested) mapping of arrays
 /// (anything `numpy.asarray` takes). Errors name the key.
 pub(crate) fn td_from_py(
@@ -36,10 +46,18 @@ pub(crate) fn td_from_py(
     mapping: &Bound<'_, PyAny>,
     batch: &[usize],
     expected: &Expected,
-) -> PyResult<TensorDict> {
+) -> PyResult<Input> {
     let mut td = TensorDict::new(batch);
-    fill(py, &mut td, mapping, &mut Vec::new(), expected)?;
-    Ok(td)
+    let mut type_error = None;
+    fill(
+        py,
+        &mut td,
+        mapping,
+        &mut Vec::new(),
+        expected,
+        &mut type_error,
+    )?;
+    Ok(Input { td, type_error })
 }
 
 fn expected_dtype(expected: &Expected, path: &[String]) -> Option<DType> {
@@ -55,6 +73,7 @@ fn fill(
     mapping: &Bound<'_, PyAny>,
     path: &mut Vec<String>,
     expected: &Expected,
+    type_error: &mut Option<PyErr>,
 ) -> PyResult<()> {
     let items = mapping_items(py, mapping, path)?;
     for (key, value) in items {
@@ -72,20 +91,22 @@ fn fill(
         let wanted = expected_dtype(expected, path);
         if is_mapping(&value) {
             if let Some(dtype) = wanted {
-                return Err(invalid_type(
-                    py,
-                    format!(
-                        "{}: the envs take an array of {} here, not a mapping",
-                        where_(path),
-                        array::numpy_name(dtype)
-                    ),
-                ));
+                type_error.get_or_insert_with(|| {
+                    invalid_type(
+                        py,
+                        format!(
+                            "{}: the envs take an array of {} here, not a mapping",
+                            where_(path),
+                            array::numpy_name(dtype)
+                        ),
+                    )
+                });
             }
             let mut sub = TensorDict::new(td.batch_size());
-            fill(py, &mut sub, &value, path, expected)?;
+            fill(py, &mut sub, &value, path, expected, type_error)?;
             set(py, td, path, Entry::Dict(sub))?;
         } else {
-            let tensor = tensor_from_py(py, &value, path, wanted)?;
+            let tensor = tensor_from_py(py, &value, path, wanted, type_error)?;
             set(py, td, path, Entry::Tensor(tensor))?;
         }
         path.pop();
@@ -174,6 +195,7 @@ fn tensor_from_py(
     value: &Bound<'_, PyAny>,
     path: &[String],
     wanted: Option<DType>,
+    type_error: &mut Option<PyErr>,
 ) -> PyResult<Tensor> {
     let array = if value.is_instance_of::<PyUntypedArray>() {
         value.clone()
@@ -199,7 +221,12 @@ fn tensor_from_py(
     }
     if let Some(wanted) = wanted {
         if array::dtype_of(&array.dtype()) != Some(wanted) {
-            array = cast(py, &array, wanted, path)?;
+            match cast(py, &array, wanted, path) {
+                Ok(cast) => array = cast,
+                Err(err) => {
+                    type_error.get_or_insert(err);
+                }
+            }
         }
     }
     let shape = array.shape().to_vec();

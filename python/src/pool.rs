@@ -44,6 +44,7 @@ enum Op {
 /// (nothing lost).
 fn blocking<T: Send>(
     py: Python<'_>,
+    type_error: Option<PyErr>,
     call: impl FnOnce() -> Result<T, PoolError> + Send,
 ) -> PyResult<T> {
     let (result, signal) = py.detach(|| {
@@ -64,7 +65,16 @@ fn blocking<T: Send>(
     match result {
         Ok(value) => Ok(value),
         Err(PoolError::Interrupted) if signal.is_some() => Err(signal.expect("checked")),
-        Err(err) => Err(to_py(py, err, During::Call)),
+        Err(err) => Err(refused(py, err, type_error)),
+    }
+}
+
+/// The exception for a refused call: the input's own type error when the
+/// pool refused the input (see [`crate::convert::Input`]).
+fn refused(py: Python<'_>, err: PoolError, type_error: Option<PyErr>) -> PyErr {
+    match (err, type_error) {
+        (PoolError::Input { .. }, Some(type_error)) => type_error,
+        (err, _) => to_py(py, err, During::Call),
     }
 }
 
@@ -114,9 +124,9 @@ impl Pool {
         start_timeout: f64,
         worker_command: Vec<String>,
     ) -> PyResult<Pool> {
-        let envs_per_worker = positive(py, "envs_per_worker", &envs_per_worker)?;
+        let envs_per_worker = count(py, "envs_per_worker", &envs_per_worker)?;
         let num_threads = num_threads
-            .map(|n| positive(py, "num_threads", &n))
+            .map(|n| count(py, "num_threads", &n))
             .transpose()?;
         if kwargs.len() != names.len() {
             return Err(invalid_argument(
@@ -328,7 +338,8 @@ impl Pool {
                 )
             })
             .transpose()?;
-        let out = blocking(py, || self.pool.reset(td))?;
+        let (td, type_error) = td.map_or((None, None), |i| (Some(i.td), i.type_error));
+        let out = blocking(py, type_error, || self.pool.reset(td))?;
         batch_to_py(py, out)
     }
 
@@ -345,7 +356,7 @@ impl Pool {
             &self.rows_batch(batch, self.pool.num_envs()),
             &self.expected,
         )?;
-        let out = blocking(py, || self.pool.step(td))?;
+        let out = blocking(py, td.type_error, || self.pool.step(td.td))?;
         batch_to_py(py, out)
     }
 
@@ -362,7 +373,7 @@ impl Pool {
             &self.rows_batch(batch, self.pool.num_envs()),
             &self.expected,
         )?;
-        let (step, root) = blocking(py, || self.pool.step_and_maybe_reset(td))?;
+        let (step, root) = blocking(py, td.type_error, || self.pool.step_and_maybe_reset(td.td))?;
         pair(py, step, root)
     }
 
@@ -448,6 +459,7 @@ impl Pool {
                 Some(td_from_py(py, &td, &batch, &self.expected)?)
             }
         };
+        let (td, type_error) = td.map_or((None, None), |i| (Some(i.td), i.type_error));
         let result = match op {
             Op::Reset => self.pool.async_reset_send(td, target),
             Op::Step => match td {
@@ -461,7 +473,7 @@ impl Pool {
                 }),
             },
         };
-        result.map_err(|err| to_py(py, err, During::Call))
+        result.map_err(|err| refused(py, err, type_error))
     }
 
     /// Receives a batch of `op`'s results.
@@ -495,16 +507,16 @@ impl Pool {
         }
         match op {
             Op::Reset => {
-                let out = blocking(py, || self.pool.async_reset_recv(recv))?;
+                let out = blocking(py, None, || self.pool.async_reset_recv(recv))?;
                 batch_to_py(py, out)
             }
             Op::Step => {
-                let out = blocking(py, || self.pool.async_step_recv(recv))?;
+                let out = blocking(py, None, || self.pool.async_step_recv(recv))?;
                 batch_to_py(py, out)
             }
             Op::StepAndMaybeReset => {
                 let (step, root) =
-                    blocking(py, || self.pool.async_step_and_maybe_reset_recv(recv))?;
+                    blocking(py, None, || self.pool.async_step_and_maybe_reset_recv(recv))?;
                 pair(py, step, root)
             }
         }
@@ -524,15 +536,15 @@ impl Pool {
         let timeout = timeout_of(py, timeout)?;
         match op {
             Op::Reset => {
-                let td = blocking(py, || self.pool.async_reset_recv_env(env, timeout))?;
+                let td = blocking(py, None, || self.pool.async_reset_recv_env(env, timeout))?;
                 td_with_batch(py, td)
             }
             Op::Step => {
-                let td = blocking(py, || self.pool.async_step_recv_env(env, timeout))?;
+                let td = blocking(py, None, || self.pool.async_step_recv_env(env, timeout))?;
                 td_with_batch(py, td)
             }
             Op::StepAndMaybeReset => {
-                let (step, root) = blocking(py, || {
+                let (step, root) = blocking(py, None, || {
                     self.pool.async_step_and_maybe_reset_recv_env(env, timeout)
                 })?;
                 PyTuple::new(py, [td_with_batch(py, step)?, td_with_batch(py, root)?])
@@ -622,13 +634,15 @@ fn int_arg(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64
     }
 }
 
-/// A positive integer argument (a count of envs or threads).
-fn positive(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<usize> {
+/// A count of envs or threads (0: the default).
+fn count(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<usize> {
     let v = int_arg(py, name, value)?;
-    usize::try_from(v)
-        .ok()
-        .filter(|&v| v >= 1)
-        .ok_or_else(|| invalid_argument(py, format!("{name} must be at least 1, got {value}")))
+    usize::try_from(v).map_err(|_| {
+        invalid_argument(
+            py,
+            format!("{name} must be at least 0 (0: the default), got {value}"),
+        )
+    })
 }
 
 /// A non-negative env index (the pool checks its range).

@@ -53,7 +53,7 @@ def test_description_shapes_and_dtypes(make_pool, config, stack):
     assert pool.env_names == ["CartPole-v1"] * n
     assert pool.backend == config.backend
     assert pool.stack == stack
-    assert pool.resolved_exchange == (config.name if config.procs else None)
+    assert pool.resolved_exchange == (config.name if config.procs else "queue")
     assert pool.exchange_reason is None
     assert not pool.is_closed
     assert f"num_envs={n}" in repr(pool)

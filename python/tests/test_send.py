@@ -313,13 +313,6 @@ def test_a_step_without_a_fitting_action_is_an_error(counters):
                 TensorDict({"action": np.ones((n, 1), np.float32)}, batch_size=(n,))
             ),
         ),
-        (
-            rlpool.InvalidType,
-            lambda: pool.async_step_send(
-                TensorDict({"action": np.ones((2, 1), np.int32)}, batch_size=(2,)),
-                env_index=[2, 3],
-            ),
-        ),
         (rlpool.InvalidType, lambda: pool.async_step_send({"action": object()})),
         (rlpool.InvalidArgument, lambda: pool.step(TensorDict({}, batch_size=(n,)))),
         (

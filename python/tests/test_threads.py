@@ -37,7 +37,7 @@ def test_threads_have_no_processes_and_no_exchange(pools):
     pool = pools(["CountingEnv"] * 3)
     assert pool.backend == "threading"
     assert pool.worker_pids == []
-    assert pool.resolved_exchange is None
+    assert pool.resolved_exchange == "queue"
     assert pool.exchange_reason is None
     pool.step(actions([1] * 3))
     assert pool.stats() is None
