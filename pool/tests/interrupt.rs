@@ -10,7 +10,9 @@ use pool::tensordict::{Tensor, TensorDict};
 use pool::{interruptible, AsyncEnvPool, PoolError, Recv, Target, CHECK_EVERY};
 
 fn slow_pool(n: usize, step_us: u64) -> AsyncEnvPool {
-    let kwargs = Kwargs::new().with("step_us", step_us as i64).with("mode", "sleep");
+    let kwargs = Kwargs::new()
+        .with("step_us", step_us as i64)
+        .with("mode", "sleep");
     let pool = AsyncEnvPool::builder()
         .registered_n("LatencyEnv", n, kwargs)
         .build()
@@ -43,7 +45,11 @@ fn a_batch_receive_ends_when_the_check_asks_and_loses_nothing() {
     assert_eq!(err, PoolError::Interrupted);
     assert_eq!(calls.get(), 1);
     // Within a few check periods, well before the 1.5 s steps end.
-    assert!(start.elapsed() < Duration::from_secs(1), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
     assert_eq!(pool.in_flight(), vec![0, 1]);
     let batch = pool.async_step_recv(Recv::new().min_get(2)).unwrap();
     assert_eq!(batch.env_indices(), &[0, 1]);
@@ -55,14 +61,26 @@ fn a_per_env_receive_and_a_sync_step_end_too() {
     pool.async_step_send(actions(2), Target::All).unwrap();
     let err = interruptible(|| true, || pool.async_step_recv_env(1, None)).unwrap_err();
     assert_eq!(err, PoolError::Interrupted);
-    assert_eq!(pool.async_step_recv_env(1, None).unwrap().batch_size(), &[] as &[usize]);
-    assert_eq!(pool.async_step_recv_env(0, None).unwrap().batch_size(), &[] as &[usize]);
+    assert_eq!(
+        pool.async_step_recv_env(1, None).unwrap().batch_size(),
+        &[] as &[usize]
+    );
+    assert_eq!(
+        pool.async_step_recv_env(0, None).unwrap().batch_size(),
+        &[] as &[usize]
+    );
 
     // A sync step interrupted leaves its envs in flight, for a receive.
     let err = interruptible(|| true, || pool.step(actions(2))).unwrap_err();
     assert_eq!(err, PoolError::Interrupted);
-    assert!(matches!(pool.step(actions(2)), Err(PoolError::InFlight { .. })));
-    assert_eq!(pool.async_step_recv(Recv::new().min_get(2)).unwrap().len(), 2);
+    assert!(matches!(
+        pool.step(actions(2)),
+        Err(PoolError::InFlight { .. })
+    ));
+    assert_eq!(
+        pool.async_step_recv(Recv::new().min_get(2)).unwrap().len(),
+        2
+    );
 }
 
 #[test]
