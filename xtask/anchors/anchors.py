@@ -73,8 +73,7 @@ DESCRIPTIONS = {
     "pufferlib": {
         "CartPole-v1": "gymnasium.make('CartPole-v1') wrapped in "
         "pufferlib.emulation.GymnasiumPufferEnv",
-        "noop": "NoOpEnv (as for gymnasium) wrapped in "
-        "pufferlib.emulation.GymnasiumPufferEnv",
+        "noop": "NoOpEnv (as for gymnasium) wrapped in pufferlib.emulation.GymnasiumPufferEnv",
     },
     "torchrl": {
         "CartPole-v1": "torchrl GymEnv('CartPole-v1') (Gymnasium's Python CartPole)",
@@ -100,8 +99,7 @@ CONFIGS = {
     "pufferlib": "pufferlib.vector.make: Serial (in the calling thread), "
     "Multiprocessing with one worker per core (num_workers=min(cores, N), "
     "overwork=True); async: Multiprocessing with batch_size=N/2",
-    "torchrl": "AsyncEnvPool, backend threading and multiprocessing; async: "
-    "min_get = N/2",
+    "torchrl": "AsyncEnvPool, backend threading and multiprocessing; async: min_get = N/2",
     "rlpool-python": "import rlpool (built from this repository): "
     "AsyncEnvPool([env] * N), backend='threading' (one worker thread per core), "
     "and backend='multiprocessing', exchange='shm', envs_per_worker=ceil(N/cores) "
@@ -133,6 +131,7 @@ NOTES = {
 
 # --------------------------------------------------------------------------
 # The envs of the Python anchors.
+
 
 def _noop_class():
     import gymnasium as gym
@@ -211,6 +210,7 @@ TORCHRL_MAKERS = {"CartPole-v1": torchrl_cartpole, "noop": torchrl_noop}
 # --------------------------------------------------------------------------
 # Measuring.
 
+
 def timed(step, seconds: float) -> float:
     """Env-steps per second of `step` (which returns the env-steps it did),
     called in a loop for `seconds` after a warm-up of a tenth of that."""
@@ -280,8 +280,10 @@ def guarded(system, env, n, config, mode, measure):
         got = measure()
         rate, extra = got if isinstance(got, tuple) else (got, {})
         return row(system, env, n, config, mode, rate, **extra)
-    except Exception as err:  # noqa: BLE001 - recorded, never dropped
-        return row(system, env, n, config, mode, status="failed", error=f"{type(err).__name__}: {err}")
+    except Exception as err:
+        return row(
+            system, env, n, config, mode, status="failed", error=f"{type(err).__name__}: {err}"
+        )
 
 
 def measure_gymnasium(env, n, seconds):
@@ -310,7 +312,12 @@ def measure_gymnasium(env, n, seconds):
     yield guarded("gymnasium", env, n, "SyncVectorEnv", "sync", vector(gym.vector.SyncVectorEnv))
     yield guarded("gymnasium", env, n, "AsyncVectorEnv", "sync", vector(gym.vector.AsyncVectorEnv))
     yield row(
-        "gymnasium", env, n, "AsyncVectorEnv", "async", status="unsupported",
+        "gymnasium",
+        env,
+        n,
+        "AsyncVectorEnv",
+        "async",
+        status="unsupported",
         error="AsyncVectorEnv.step_wait waits for every env: no receive of part of the envs",
     )
 
@@ -325,7 +332,9 @@ def measure_envpool(env, n, seconds):
 
     def sync(num_envs, num_threads):
         def measure():
-            pool = envpool.make_gymnasium(task, num_envs=num_envs, batch_size=num_envs, num_threads=num_threads, seed=0)
+            pool = envpool.make_gymnasium(
+                task, num_envs=num_envs, batch_size=num_envs, num_threads=num_threads, seed=0
+            )
             pool.reset()
 
             def step():
@@ -340,7 +349,9 @@ def measure_envpool(env, n, seconds):
 
     def asynchronous():
         batch = max(n // 2, 1)
-        pool = envpool.make_gymnasium(task, num_envs=n, batch_size=batch, num_threads=threads, seed=0)
+        pool = envpool.make_gymnasium(
+            task, num_envs=n, batch_size=batch, num_threads=threads, seed=0
+        )
         pool.async_reset()
 
         def step():
@@ -394,7 +405,14 @@ def measure_pufferlib(env, n, seconds):
     yield guarded("pufferlib", env, n, "raw loop", "sync", lambda: raw_python_loop(env, n, seconds))
     yield guarded("pufferlib", env, n, "Serial", "sync", run(pv.Serial, n))
     yield guarded("pufferlib", env, n, "Multiprocessing", "sync", run(pv.Multiprocessing, n, **mp))
-    yield guarded("pufferlib", env, n, "Multiprocessing", "async", run(pv.Multiprocessing, max(n // 2, 1), **mp))
+    yield guarded(
+        "pufferlib",
+        env,
+        n,
+        "Multiprocessing",
+        "async",
+        run(pv.Multiprocessing, max(n // 2, 1), **mp),
+    )
 
 
 def measure_torchrl(env, n, seconds):
@@ -419,6 +437,7 @@ def measure_torchrl(env, n, seconds):
             try:
                 root = p.reset()
                 if min_get == n:
+
                     def step():
                         nonlocal root
                         _, root = p.step_and_maybe_reset(p.rand_action(root))
@@ -444,21 +463,26 @@ def measure_torchrl(env, n, seconds):
     yield guarded("torchrl", env, n, "raw loop", "sync", raw)
     for backend in ("threading", "multiprocessing"):
         yield guarded("torchrl", env, n, f"AsyncEnvPool {backend}", "sync", pool(backend, n))
-        yield guarded("torchrl", env, n, f"AsyncEnvPool {backend}", "async", pool(backend, max(n // 2, 1)))
+        yield guarded(
+            "torchrl", env, n, f"AsyncEnvPool {backend}", "async", pool(backend, max(n // 2, 1))
+        )
 
 
 def measure_rlpool_python(env, n, seconds):
     """rlpool from Python: the bare loops of `rlpool bench --bare`, with the
     actions drawn by numpy."""
     import numpy as np
+
     import rlpool
 
     name = "LatencyEnv" if env == "noop" else env
     half = max(n // 2, 1)
     configs = [
         ("threads", {"backend": "threading"}),
-        ("processes, shm", {"backend": "multiprocessing", "exchange": "shm",
-                            "envs_per_worker": -(-n // cores())}),
+        (
+            "processes, shm",
+            {"backend": "multiprocessing", "exchange": "shm", "envs_per_worker": -(-n // cores())},
+        ),
     ]
 
     def actions(rng, k):
@@ -480,6 +504,7 @@ def measure_rlpool_python(env, n, seconds):
             with rlpool.AsyncEnvPool([name] * n, **options) as pool:
                 pool.reset()
                 if sync:
+
                     def step():
                         pool.step_and_maybe_reset(actions(rng, n))
                         return n
@@ -489,7 +514,9 @@ def measure_rlpool_python(env, n, seconds):
                     def step():
                         td, _ = pool.async_step_and_maybe_reset_recv(min_get=half, max_get=half)
                         envs = td["env_index"]
-                        pool.async_step_and_maybe_reset_send(actions(rng, len(envs)), env_index=envs)
+                        pool.async_step_and_maybe_reset_send(
+                            actions(rng, len(envs)), env_index=envs
+                        )
                         return len(envs)
 
                 rate, extra = timed_per_call(step, seconds)
@@ -543,10 +570,26 @@ VENVS = {
     # Then rlpool itself from this repository (install_repo, every run).
     "rlpool-python": ["maturin", "numpy"],
 }
-IMPORTS = {"gymnasium": "gymnasium", "envpool": "envpool", "pufferlib": "pufferlib.vector, pufferlib.emulation",
-           "torchrl": "torchrl.envs", "plot": "matplotlib", "rlpool-python": "rlpool"}
+IMPORTS = {
+    "gymnasium": "gymnasium",
+    "envpool": "envpool",
+    "pufferlib": "pufferlib.vector, pufferlib.emulation",
+    "torchrl": "torchrl.envs",
+    "plot": "matplotlib",
+    "rlpool-python": "rlpool",
+}
 # Versions recorded from each venv.
-REPORTED = ["gymnasium", "envpool", "pufferlib", "torch", "torchrl", "numpy", "matplotlib", "maturin", "rlpool"]
+REPORTED = [
+    "gymnasium",
+    "envpool",
+    "pufferlib",
+    "torch",
+    "torchrl",
+    "numpy",
+    "matplotlib",
+    "maturin",
+    "rlpool",
+]
 # The repository's root (anchors.py is xtask/anchors/anchors.py).
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -580,7 +623,9 @@ def ensure(venvs: str, name: str) -> dict:
     log_dir = os.path.dirname(os.path.abspath(venvs))
     if not os.path.exists(python):
         print(f"anchors: creating the venv {status['venv']}", flush=True)
-        made = subprocess.run([sys.executable, "-m", "venv", status["venv"]], capture_output=True, text=True)
+        made = subprocess.run(
+            [sys.executable, "-m", "venv", status["venv"]], capture_output=True, text=True
+        )
         if made.returncode != 0:
             status.update(status="venv failed", error=tail(made.stderr))
             return status
@@ -594,31 +639,47 @@ def ensure(venvs: str, name: str) -> dict:
             started = time.perf_counter()
             done = subprocess.run(
                 [python, "-m", "pip", "install", "--disable-pip-version-check", choice],
-                capture_output=True, text=True,
+                capture_output=True,
+                text=True,
             )
             log_name = re.sub(r"[^A-Za-z0-9._-]+", "-", choice).strip("-")
             with open(os.path.join(log_dir, f"pip-{name}-{log_name}.log"), "w") as log:
                 log.write(done.stdout + done.stderr)
-            attempt = {"package": choice, "seconds": round(time.perf_counter() - started, 1), "ok": done.returncode == 0}
+            attempt = {
+                "package": choice,
+                "seconds": round(time.perf_counter() - started, 1),
+                "ok": done.returncode == 0,
+            }
             if done.returncode != 0:
                 attempt["error"] = why_pip_failed(done.stderr or done.stdout)
-                print(f"anchors: {name}: pip install {choice} FAILED: {attempt['error']}", flush=True)
+                print(
+                    f"anchors: {name}: pip install {choice} FAILED: {attempt['error']}", flush=True
+                )
             status["attempts"].append(attempt)
             if attempt["ok"]:
                 break
         else:
-            status.update(status="install failed", error="; ".join(
-                f"{a['package']}: {a['error']}" for a in status["attempts"] if not a["ok"]))
+            status.update(
+                status="install failed",
+                error="; ".join(
+                    f"{a['package']}: {a['error']}" for a in status["attempts"] if not a["ok"]
+                ),
+            )
             status["versions"] = versions_in(python)
             return status
     if name == "rlpool-python":
         attempt = install_repo(python, log_dir)
         status["attempts"].append(attempt)
         if not attempt["ok"]:
-            status.update(status="install failed", error=f"{attempt['package']}: {attempt['error']}",
-                          versions=versions_in(python))
+            status.update(
+                status="install failed",
+                error=f"{attempt['package']}: {attempt['error']}",
+                versions=versions_in(python),
+            )
             return status
-    check = subprocess.run([python, "-c", f"import {IMPORTS[name]}"], capture_output=True, text=True)
+    check = subprocess.run(
+        [python, "-c", f"import {IMPORTS[name]}"], capture_output=True, text=True
+    )
     status["versions"] = versions_in(python)
     if check.returncode != 0:
         status.update(status="import failed", error=tail(check.stderr))
@@ -637,19 +698,38 @@ def install_repo(python: str, log_dir: str) -> dict:
     print(f"anchors: pip install {REPO} (rlpool, release build) ...", flush=True)
     started = time.perf_counter()
     done = subprocess.run(
-        [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-build-isolation",
-         "--no-cache-dir", "--force-reinstall", "--no-deps", REPO],
-        capture_output=True, text=True,
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-build-isolation",
+            "--no-cache-dir",
+            "--force-reinstall",
+            "--no-deps",
+            REPO,
+        ],
+        capture_output=True,
+        text=True,
     )
     with open(os.path.join(log_dir, "pip-rlpool-python-repo.log"), "w") as log:
         log.write(done.stdout + done.stderr)
-    attempt = {"package": f"rlpool from {REPO}", "seconds": round(time.perf_counter() - started, 1),
-               "ok": done.returncode == 0}
+    attempt = {
+        "package": f"rlpool from {REPO}",
+        "seconds": round(time.perf_counter() - started, 1),
+        "ok": done.returncode == 0,
+    }
     if done.returncode != 0:
         attempt["error"] = why_pip_failed(done.stderr or done.stdout)
-        print(f"anchors: rlpool-python: pip install of the repository FAILED: {attempt['error']}", flush=True)
+        print(
+            f"anchors: rlpool-python: pip install of the repository FAILED: {attempt['error']}",
+            flush=True,
+        )
     else:
-        print(f"anchors: rlpool installed from the repository in {attempt['seconds']} s", flush=True)
+        print(
+            f"anchors: rlpool installed from the repository in {attempt['seconds']} s", flush=True
+        )
     return attempt
 
 
@@ -657,7 +737,10 @@ def why_pip_failed(text: str) -> str:
     """The line of pip's output that says why, else its last lines."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in reversed(lines):
-        if any(word in line for word in ("Error:", "Error ", "error:")) and "subprocess-exited-with-error" not in line:
+        if (
+            any(word in line for word in ("Error:", "Error ", "error:"))
+            and "subprocess-exited-with-error" not in line
+        ):
             return line
     return tail(text, 3)
 
@@ -670,6 +753,7 @@ def version_of(python: str, package: str):
 
 # --------------------------------------------------------------------------
 # The run.
+
 
 def machine() -> dict:
     info = {
@@ -704,10 +788,23 @@ def now() -> str:
 
 def run_rlpool(rlpool, env, n, seconds):
     name = "LatencyEnv" if env == "noop" else env
-    cmd = [rlpool, "bench", "--env", name, "--sizes", str(n), "--seconds", str(seconds), "--json", "--bare"]
+    cmd = [
+        rlpool,
+        "bench",
+        "--env",
+        name,
+        "--sizes",
+        str(n),
+        "--seconds",
+        str(seconds),
+        "--json",
+        "--bare",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
-        return [row("rlpool", env, n, "rlpool bench", "sync", status="failed", error=tail(done.stderr))]
+        return [
+            row("rlpool", env, n, "rlpool bench", "sync", status="failed", error=tail(done.stderr))
+        ]
     rows = []
     for line in done.stdout.splitlines():
         got = json.loads(line)
@@ -718,8 +815,19 @@ def run_rlpool(rlpool, env, n, seconds):
 
 
 def run_anchor(python, system, env, n, seconds):
-    cmd = [python, os.path.abspath(__file__), "measure", "--system", system,
-           "--env", env, "--num-envs", str(n), "--seconds", str(seconds)]
+    cmd = [
+        python,
+        os.path.abspath(__file__),
+        "measure",
+        "--system",
+        system,
+        "--env",
+        env,
+        "--num-envs",
+        str(n),
+        "--seconds",
+        str(seconds),
+    ]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120 + 20 * seconds)
     except subprocess.TimeoutExpired as err:
@@ -729,8 +837,17 @@ def run_anchor(python, system, env, n, seconds):
         return rows
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0:
-        rows.append(row(system, env, n, "(process)", "-", status="failed",
-                        error=f"exit status {done.returncode}: {tail(done.stderr)}"))
+        rows.append(
+            row(
+                system,
+                env,
+                n,
+                "(process)",
+                "-",
+                status="failed",
+                error=f"exit status {done.returncode}: {tail(done.stderr)}",
+            )
+        )
     return rows
 
 
@@ -771,8 +888,11 @@ def python_front(rows):
     """For each rlpool-python measurement: the same loop driven from Rust
     (rlpool's `<mode>-bare` row), EnvPool's same loop, the Python layer's
     cost per call and per env-step, and the goals."""
-    ok = {(r["system"], r["env"], r["num_envs"], r["config"], r["mode"]): r
-          for r in rows if r["status"] == "ok" and r["num_envs"]}
+    ok = {
+        (r["system"], r["env"], r["num_envs"], r["config"], r["mode"]): r
+        for r in rows
+        if r["status"] == "ok" and r["num_envs"]
+    }
     front = []
     for (system, env, n, config, mode), py in ok.items():
         if system != "rlpool-python":
@@ -781,7 +901,10 @@ def python_front(rows):
         envpool = ok.get(("envpool", env, n, "EnvPool", mode))
         spc = py.get("steps_per_call") or (n if mode == "sync" else max(n // 2, 1))
         entry = {
-            "env": env, "num_envs": n, "config": config, "mode": mode,
+            "env": env,
+            "num_envs": n,
+            "config": config,
+            "mode": mode,
             "python_steps_per_second": py["steps_per_second"],
             "rust_steps_per_second": rust["steps_per_second"] if rust else None,
             "envpool_steps_per_second": envpool["steps_per_second"] if envpool else None,
@@ -789,13 +912,18 @@ def python_front(rows):
             "calls_per_iteration": CALLS[mode],
             "python_us_per_iteration": spc / py["steps_per_second"] * 1e6,
             "python_draw_us_per_iteration": (py.get("draw_ns_per_call") or 0) / 1e3 or None,
-            "layer_budget_us_per_iteration": CALLS[mode] * LAYER_US_PER_CALL + spc * LAYER_NS_PER_STEP / 1e3,
+            "layer_budget_us_per_iteration": CALLS[mode] * LAYER_US_PER_CALL
+            + spc * LAYER_NS_PER_STEP / 1e3,
         }
         if rust:
             rust_spc = rust.get("steps_per_call") or spc
             entry["rust_us_per_iteration"] = rust_spc / rust["steps_per_second"] * 1e6
-            entry["python_layer_us_per_call"] = entry["python_us_per_iteration"] - entry["rust_us_per_iteration"]
-            entry["python_layer_ns_per_env_step"] = 1e9 / py["steps_per_second"] - 1e9 / rust["steps_per_second"]
+            entry["python_layer_us_per_call"] = (
+                entry["python_us_per_iteration"] - entry["rust_us_per_iteration"]
+            )
+            entry["python_layer_ns_per_env_step"] = (
+                1e9 / py["steps_per_second"] - 1e9 / rust["steps_per_second"]
+            )
             entry["rust_draw_us_per_iteration"] = (rust.get("draw_ns_per_call") or 0) / 1e3 or None
             # Without the drawing of the actions (numpy's in Python, the
             # action spec's in Rust): what the rlpool package adds. The goal
@@ -803,11 +931,15 @@ def python_front(rows):
             entry["python_layer_us_per_call_without_draws"] = (
                 entry["python_layer_us_per_call"]
                 - (entry["python_draw_us_per_iteration"] or 0)
-                + (entry["rust_draw_us_per_iteration"] or 0))
+                + (entry["rust_draw_us_per_iteration"] or 0)
+            )
             entry["python_layer_ns_per_env_step_without_draws"] = (
-                entry["python_layer_us_per_call_without_draws"] * 1e3 / spc)
+                entry["python_layer_us_per_call_without_draws"] * 1e3 / spc
+            )
             entry["layer_goal_met"] = (
-                entry["python_layer_us_per_call_without_draws"] <= entry["layer_budget_us_per_iteration"])
+                entry["python_layer_us_per_call_without_draws"]
+                <= entry["layer_budget_us_per_iteration"]
+            )
         if envpool:
             entry["over_envpool"] = py["steps_per_second"] / envpool["steps_per_second"]
             entry["speed_goal_met"] = entry["over_envpool"] >= SPEED_GOAL
@@ -824,7 +956,8 @@ def front_fit(front):
     for e in front:
         if e.get("python_layer_us_per_call_without_draws") is not None:
             groups.setdefault((e["env"], e["config"], e["mode"]), []).append(
-                (e["steps_per_iteration"], e["python_layer_us_per_call_without_draws"]))
+                (e["steps_per_iteration"], e["python_layer_us_per_call_without_draws"])
+            )
     fits = []
     for (env, config, mode), points in groups.items():
         xs = [p[0] for p in points]
@@ -832,17 +965,39 @@ def front_fit(front):
             continue
         mx, my = sum(xs) / len(xs), sum(p[1] for p in points) / len(points)
         slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
-        fits.append({"env": env, "config": config, "mode": mode, "sizes": len(points),
-                     "us_per_pool_call": (my - slope * mx) / CALLS[mode], "ns_per_env_step": slope * 1e3})
+        fits.append(
+            {
+                "env": env,
+                "config": config,
+                "mode": mode,
+                "sizes": len(points),
+                "us_per_pool_call": (my - slope * mx) / CALLS[mode],
+                "ns_per_env_step": slope * 1e3,
+            }
+        )
     return fits
 
 
-FRONT_HEAD = ["env", "N", "config", "mode", "Python", "Rust", "EnvPool", "Python / EnvPool",
-              "layer per call", "draws Py / Rust", "layer w/o draws", "per env-step", "budget"]
+FRONT_HEAD = [
+    "env",
+    "N",
+    "config",
+    "mode",
+    "Python",
+    "Rust",
+    "EnvPool",
+    "Python / EnvPool",
+    "layer per call",
+    "draws Py / Rust",
+    "layer w/o draws",
+    "per env-step",
+    "budget",
+]
 
 
 def front_cells(e):
     """One row of the Python front's table."""
+
     def rate(v):
         return si(v) if v else "-"
 
@@ -852,8 +1007,12 @@ def front_cells(e):
     layer = e.get("python_layer_us_per_call_without_draws")
     verdict = "" if layer is None else (" met" if e["layer_goal_met"] else " NOT met")
     return [
-        e["env"], str(e["num_envs"]), e["config"], e["mode"],
-        rate(e["python_steps_per_second"]), rate(e["rust_steps_per_second"]),
+        e["env"],
+        str(e["num_envs"]),
+        e["config"],
+        e["mode"],
+        rate(e["python_steps_per_second"]),
+        rate(e["rust_steps_per_second"]),
         rate(e["envpool_steps_per_second"]),
         f"{e['over_envpool']:.2f}x" if e.get("over_envpool") else "-",
         us(e.get("python_layer_us_per_call")),
@@ -870,19 +1029,31 @@ def front_lines(doc, markdown):
     front = doc.get("python_front") or []
     if not front:
         return []
-    rows = [front_cells(e) for e in sorted(
-        front, key=lambda e: (ENVS.index(e["env"]), e["num_envs"], e["config"], e["mode"]))]
+    rows = [
+        front_cells(e)
+        for e in sorted(
+            front, key=lambda e: (ENVS.index(e["env"]), e["num_envs"], e["config"], e["mode"])
+        )
+    ]
     if markdown:
         lines = ["| " + " | ".join(FRONT_HEAD) + " |", "|" + "---|" * len(FRONT_HEAD)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
     else:
         widths = [max(len(r[i]) for r in [FRONT_HEAD, *rows]) for i in range(len(FRONT_HEAD))]
-        lines = ["  " + "  ".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                 for r in [FRONT_HEAD, *rows]]
+        lines = [
+            "  "
+            + "  ".join(
+                c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+            )
+            for r in [FRONT_HEAD, *rows]
+        ]
     for f in doc.get("python_front_fit") or []:
-        lines.append(f"{'- ' if markdown else '  '}fit over {f['sizes']} sizes, {f['env']}, {f['config']}, "
-                     f"{f['mode']}: {f['us_per_pool_call']:.2f} us per pool call + {f['ns_per_env_step']:.0f} ns "
-                     "per env-step (layer without draws)")
+        lines.append(
+            f"{'- ' if markdown else '  '}fit over {f['sizes']} sizes, {f['env']}, {f['config']}, "
+            f"{f['mode']}: {f['us_per_pool_call']:.2f} us per pool call + "
+            f"{f['ns_per_env_step']:.0f} ns "
+            "per env-step (layer without draws)"
+        )
     return lines
 
 
@@ -895,15 +1066,28 @@ def goals(front):
         if e["env"] != "CartPole-v1" or e["num_envs"] != 64:
             continue
         if e.get("over_envpool") is not None:
-            out.append({"goal": f"rlpool-python >= {SPEED_GOAL:g}x EnvPool", "config": e["config"],
-                        "mode": e["mode"], "figure": round(e["over_envpool"], 2), "met": e["speed_goal_met"]})
+            out.append(
+                {
+                    "goal": f"rlpool-python >= {SPEED_GOAL:g}x EnvPool",
+                    "config": e["config"],
+                    "mode": e["mode"],
+                    "figure": round(e["over_envpool"], 2),
+                    "met": e["speed_goal_met"],
+                }
+            )
         if e.get("python_layer_us_per_call_without_draws") is not None:
-            out.append({"goal": f"Python layer <= {LAYER_US_PER_CALL:g} us per pool call + "
-                                f"{LAYER_NS_PER_STEP:g} ns per env-step (without the draws)",
-                        "config": e["config"], "mode": e["mode"],
-                        "figure": round(e["python_layer_us_per_call_without_draws"], 2),
-                        "with_draws": round(e["python_layer_us_per_call"], 2),
-                        "budget": round(e["layer_budget_us_per_iteration"], 2), "met": e["layer_goal_met"]})
+            out.append(
+                {
+                    "goal": f"Python layer <= {LAYER_US_PER_CALL:g} us per pool call + "
+                    f"{LAYER_NS_PER_STEP:g} ns per env-step (without the draws)",
+                    "config": e["config"],
+                    "mode": e["mode"],
+                    "figure": round(e["python_layer_us_per_call_without_draws"], 2),
+                    "with_draws": round(e["python_layer_us_per_call"], 2),
+                    "budget": round(e["layer_budget_us_per_iteration"], 2),
+                    "met": e["layer_goal_met"],
+                }
+            )
     return out
 
 
@@ -911,11 +1095,16 @@ def goal_lines(goals_):
     lines = []
     for g in goals_:
         if "budget" in g:
-            figure = f"{g['figure']} us per call (budget {g['budget']} us; with the draws {g['with_draws']} us)"
+            figure = (
+                f"{g['figure']} us per call (budget {g['budget']} us; "
+                f"with the draws {g['with_draws']} us)"
+            )
         else:
             figure = f"{g['figure']}x"
-        lines.append(f"{'met' if g['met'] else 'NOT MET'}: {g['goal']}, CartPole-v1, N = 64, "
-                     f"{g['config']}, {g['mode']}: {figure}")
+        lines.append(
+            f"{'met' if g['met'] else 'NOT MET'}: {g['goal']}, CartPole-v1, N = 64, "
+            f"{g['config']}, {g['mode']}: {figure}"
+        )
     return lines
 
 
@@ -932,20 +1121,28 @@ def human_ns(ns):
 def print_rows(rows):
     for r in rows:
         if r["status"] == "ok":
-            print(f"  {r['system']:<13} {r['config']:<24} {r['mode']:<10} {r['steps_per_second']:>12.0f} /s"
-                  f" {human_ns(r['ns_per_env_step']):>10}/step  overhead {human_ns(r['overhead_ns_per_env_step']):>10}",
-                  flush=True)
+            print(
+                f"  {r['system']:<13} {r['config']:<24} {r['mode']:<10} "
+                f"{r['steps_per_second']:>12.0f} /s {human_ns(r['ns_per_env_step']):>10}/step  "
+                f"overhead {human_ns(r['overhead_ns_per_env_step']):>10}",
+                flush=True,
+            )
         else:
-            print(f"  {r['system']:<13} {r['config']:<24} {r['mode']:<10} {r['status'].upper()}: {r['error']}",
-                  flush=True)
+            print(
+                f"  {r['system']:<13} {r['config']:<24} {r['mode']:<10} "
+                f"{r['status'].upper()}: {r['error']}",
+                flush=True,
+            )
 
 
 def cmd_run(args):
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     started = time.perf_counter()
-    anchors = ["rlpool-python", "gymnasium", "envpool", "pufferlib"] + (["torchrl"] if args.with_torchrl else [])
+    anchors = ["rlpool-python", "gymnasium", "envpool", "pufferlib"] + (
+        ["torchrl"] if args.with_torchrl else []
+    )
 
-    installs = {name: ensure(args.venvs, name) for name in anchors + ["plot"]}
+    installs = {name: ensure(args.venvs, name) for name in [*anchors, "plot"]}
     available = {name: installs[name]["status"] == "ok" for name in anchors}
     for name in anchors:
         if not available[name]:
@@ -954,8 +1151,11 @@ def cmd_run(args):
     # rlpool from Rust and from Python side by side, so that the difference
     # of the two sees the machine in one state as far as can be.
     order = ["gymnasium", "rlpool", "rlpool-python", "envpool", "pufferlib"] + (
-        ["torchrl"] if args.with_torchrl else [])
-    rlpool_version = subprocess.run([args.rlpool, "--version"], capture_output=True, text=True).stdout.strip()
+        ["torchrl"] if args.with_torchrl else []
+    )
+    rlpool_version = subprocess.run(
+        [args.rlpool, "--version"], capture_output=True, text=True
+    ).stdout.strip()
     doc = {
         "command": args.command,
         "date": now(),
@@ -989,29 +1189,47 @@ def cmd_run(args):
             "results, for the given seconds after a warm-up of a tenth of that. "
             "raw loop: the N envs stepped in turn by one thread (EnvPool: a "
             "1-env pool; rlpool: step_into on reused buffers, with 64 random "
-            "actions per env drawn ahead and used in turn). overhead_ns_per_env_step = ns per env-step of the "
-            "pool minus that of the same system's raw loop of the same workload (rlpool-python: rlpool's). "
-            "python_front: each rlpool-python measurement beside the same loop driven from Rust "
-            "(rlpool bench --bare: sync-bare, async-bare) and EnvPool's (sync: step of all N; async: "
-            "batch_size = N/2, recv then send to the envs received). A call is one loop iteration: one "
-            "step_and_maybe_reset (sync), or one receive and one send (async). python_layer_us_per_call = "
-            "Python's time per iteration minus Rust's; python_layer_ns_per_env_step = the same per env-step; "
-            f"the goal: at most {LAYER_US_PER_CALL:g} us per pool call (1 sync, 2 async) plus "
-            f"{LAYER_NS_PER_STEP:g} ns per env-step; and rlpool-python at least {SPEED_GOAL:g}x EnvPool's "
-            "rate on CartPole-v1 at N = 64. The goal is judged without the draws: draw_ns_per_call is "
-            "the time of drawing one call's actions alone (numpy's rng.integers in Python; the action "
-            "spec's sampling and a row gather in Rust), python_layer_us_per_call_without_draws = "
+            "actions per env drawn ahead and used in turn). "
+            "overhead_ns_per_env_step = ns per env-step of the pool minus that "
+            "of the same system's raw loop of the same workload (rlpool-python: "
+            "rlpool's). python_front: each rlpool-python measurement beside the "
+            "same loop driven from Rust (rlpool bench --bare: sync-bare, "
+            "async-bare) and EnvPool's (sync: step of all N; async: batch_size = "
+            "N/2, recv then send to the envs received). A call is one loop "
+            "iteration: one step_and_maybe_reset (sync), or one receive and one "
+            "send (async). python_layer_us_per_call = Python's time per "
+            "iteration minus Rust's; python_layer_ns_per_env_step = the same per "
+            f"env-step; the goal: at most {LAYER_US_PER_CALL:g} us per pool call "
+            f"(1 sync, 2 async) plus {LAYER_NS_PER_STEP:g} ns per env-step; and "
+            f"rlpool-python at least {SPEED_GOAL:g}x EnvPool's rate on "
+            "CartPole-v1 at N = 64. The layer goal is judged without the draws: "
+            "draw_ns_per_call is the time of drawing one call's actions alone "
+            "(numpy's rng.integers in Python; the action spec's sampling and a "
+            "row gather in Rust), python_layer_us_per_call_without_draws = "
             "python_layer_us_per_call - Python's draw + Rust's draw."
         ),
         "measurements": [],
     }
     for name in anchors:
         if not available[name]:
-            doc["measurements"].append(row(name, "CartPole-v1", None, "(all)", "-", status=installs[name]["status"],
-                                           error=installs[name].get("error")))
+            doc["measurements"].append(
+                row(
+                    name,
+                    "CartPole-v1",
+                    None,
+                    "(all)",
+                    "-",
+                    status=installs[name]["status"],
+                    error=installs[name].get("error"),
+                )
+            )
 
     measured = [name for name in order if name == "rlpool" or available[name]]
-    print(f"anchors: measuring {', '.join(measured)}; N in {args.sizes}; {args.seconds} s per measurement", flush=True)
+    print(
+        f"anchors: measuring {', '.join(measured)}; N in {args.sizes}; "
+        f"{args.seconds} s per measurement",
+        flush=True,
+    )
     for name in measured:
         print(f"  {name}: {CONFIGS[name]}")
         if name in NOTES:
@@ -1037,9 +1255,11 @@ def cmd_run(args):
     doc["python_front"] = python_front(doc["measurements"])
     doc["python_front_fit"] = front_fit(doc["python_front"])
     doc["goals"] = goals(doc["python_front"])
-    print("rlpool from Python beside rlpool from Rust (the same loop) and EnvPool; the Python "
-          "layer's cost per call (sync: one step; async: one receive and one send) and per env-step:",
-          flush=True)
+    print(
+        "rlpool from Python beside rlpool from Rust (the same loop) and EnvPool; the Python "
+        "layer's cost per call (sync: one step; async: one receive and one send) and per env-step:",
+        flush=True,
+    )
     for line in front_lines(doc, markdown=False):
         print(line, flush=True)
     for line in goal_lines(doc["goals"]):
@@ -1049,12 +1269,31 @@ def cmd_run(args):
     doc["run_seconds"] = round(time.perf_counter() - started, 1)
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
-    print(f"anchors: wrote {args.out} ({doc['run_seconds']} s; load average {doc['load_before']['load_1m']:.1f} "
-          f"before, {doc['load_after']['load_1m']:.1f} after, on {doc['machine']['cores']} cores)", flush=True)
+    print(
+        f"anchors: wrote {args.out} ({doc['run_seconds']} s; "
+        f"load average {doc['load_before']['load_1m']:.1f} "
+        f"before, {doc['load_after']['load_1m']:.1f} after, on {doc['machine']['cores']} cores)",
+        flush=True,
+    )
     if installs["plot"]["status"] == "ok":
-        drawn = subprocess.run([venv_python(args.venvs, "plot"), os.path.abspath(__file__), "plot",
-                                "--json", args.out, "--svg", args.svg], capture_output=True, text=True)
-        print(drawn.stdout.strip() if drawn.returncode == 0 else f"anchors: NO PLOT: {tail(drawn.stderr)}")
+        drawn = subprocess.run(
+            [
+                venv_python(args.venvs, "plot"),
+                os.path.abspath(__file__),
+                "plot",
+                "--json",
+                args.out,
+                "--svg",
+                args.svg,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        print(
+            drawn.stdout.strip()
+            if drawn.returncode == 0
+            else f"anchors: NO PLOT: {tail(drawn.stderr)}"
+        )
     else:
         print(f"anchors: NO PLOT: matplotlib: {installs['plot']['status']}")
 
@@ -1062,8 +1301,14 @@ def cmd_run(args):
 # --------------------------------------------------------------------------
 # The plot.
 
-COLORS = {"rlpool": "tab:red", "rlpool-python": "tab:brown", "gymnasium": "tab:blue",
-          "envpool": "tab:green", "pufferlib": "tab:purple", "torchrl": "tab:orange"}
+COLORS = {
+    "rlpool": "tab:red",
+    "rlpool-python": "tab:brown",
+    "gymnasium": "tab:blue",
+    "envpool": "tab:green",
+    "pufferlib": "tab:purple",
+    "torchrl": "tab:orange",
+}
 STYLES = ["-", "--", "-."]  # dotted is for the raw loops
 MARKERS = ["o", "s", "^", "D"]
 
@@ -1088,7 +1333,9 @@ def plot(doc, path):
                     continue
                 if not raw and r["mode"] != mode:
                     continue
-                lines.setdefault((r["system"], r["config"]), []).append((r["num_envs"], r["steps_per_second"]))
+                lines.setdefault((r["system"], r["config"]), []).append(
+                    (r["num_envs"], r["steps_per_second"])
+                )
             per_system = {}
             for (system, config), points in sorted(lines.items()):
                 points.sort()
@@ -1097,16 +1344,26 @@ def plot(doc, path):
                 if not raw:
                     k.append(config)
                 style = ":" if raw else STYLES[(len(k) - 1) % len(STYLES)]
-                ax.plot([p[0] for p in points], [p[1] for p in points],
-                        color=COLORS.get(system, "black"), linestyle=style,
-                        marker=MARKERS[(len(k) - 1) % len(MARKERS)], markersize=4,
-                        linewidth=1 if raw else 1.6, alpha=0.6 if raw else 1.0,
-                        label=f"{system}: {config}")
+                ax.plot(
+                    [p[0] for p in points],
+                    [p[1] for p in points],
+                    color=COLORS.get(system, "black"),
+                    linestyle=style,
+                    marker=MARKERS[(len(k) - 1) % len(MARKERS)],
+                    markersize=4,
+                    linewidth=1 if raw else 1.6,
+                    alpha=0.6 if raw else 1.0,
+                    label=f"{system}: {config}",
+                )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xticks(doc["sizes"])
             ax.set_xticklabels([str(s) for s in doc["sizes"]])
-            title = "synchronous (all N per step)" if mode == "sync" else "asynchronous (N/2 per receive)"
+            title = (
+                "synchronous (all N per step)"
+                if mode == "sync"
+                else "asynchronous (N/2 per receive)"
+            )
             ax.set_title(f"{env}: {title}", fontsize=10)
             ax.grid(True, which="both", alpha=0.3)
             if i == 1:
@@ -1118,7 +1375,8 @@ def plot(doc, path):
     missing = sorted({r["system"] for r in doc["measurements"] if not r["num_envs"]})
     fig.suptitle(
         f"rlpool and its anchors: {m.get('cores')} cores, {m.get('cpu', '')}, {doc['date'][:10]}; "
-        f"load {doc['load_before']['load_1m']:.1f} before, {doc.get('load_after', {}).get('load_1m', float('nan')):.1f} after; "
+        f"load {doc['load_before']['load_1m']:.1f} before, "
+        f"{doc.get('load_after', {}).get('load_1m', float('nan')):.1f} after; "
         f"{doc['seconds_per_measurement']} s per point; dotted: raw loops"
         + (f"; NOT INSTALLED: {', '.join(missing)}" if missing else ""),
         fontsize=10,
@@ -1167,13 +1425,19 @@ def cmd_table(args):
         print("| system | configuration | mode | " + " | ".join(f"N = {n}" for n in sizes) + " |")
         print("|---|---|---|" + "---|" * len(sizes))
         for (system, config, mode), by_n in cells.items():
-            print(f"| {system} | {config} | {mode} | " + " | ".join(by_n.get(n, "-") for n in sizes) + " |")
+            print(
+                f"| {system} | {config} | {mode} | "
+                + " | ".join(by_n.get(n, "-") for n in sizes)
+                + " |"
+            )
         print()
     lines = front_lines(doc, markdown=True)
     if lines:
-        print("rlpool from Python beside rlpool from Rust (the same loop) and EnvPool: env-steps per "
-              "second; the Python layer's cost per call (sync: one step; async: one receive and one "
-              "send) and per env-step\n")
+        print(
+            "rlpool from Python beside rlpool from Rust (the same loop) and EnvPool: env-steps per "
+            "second; the Python layer's cost per call (sync: one step; async: one receive and one "
+            "send) and per env-step\n"
+        )
         for line in lines:
             print(line)
         print()
@@ -1206,9 +1470,16 @@ def cmd_spread(args):
             for field, _, _ in SPREAD:
                 if e.get(field) is not None:
                     cells.setdefault(key, {}).setdefault(field, []).append(e[field])
-    print(f"{len(docs)} runs: " + "; ".join(
-        f"{d['date'][:16]} commit {d['versions'].get('git_commit')} load {d['load_before']['load_1m']:.1f}"
-        f"/{d.get('load_after', {}).get('load_1m', float('nan')):.1f}" for d in docs) + "\n")
+    print(
+        f"{len(docs)} runs: "
+        + "; ".join(
+            f"{d['date'][:16]} commit {d['versions'].get('git_commit')} "
+            f"load {d['load_before']['load_1m']:.1f}"
+            f"/{d.get('load_after', {}).get('load_1m', float('nan')):.1f}"
+            for d in docs
+        )
+        + "\n"
+    )
     head = ["env", "N", "config", "mode"] + [name for _, name, _ in SPREAD]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
@@ -1219,8 +1490,16 @@ def cmd_spread(args):
             if not values:
                 row_cells.append("-")
                 continue
-            mid = values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
-            row_cells.append(fmt(mid) if len(values) == 1 else f"{fmt(mid)} ({fmt(values[0])} .. {fmt(values[-1])})")
+            mid = (
+                values[len(values) // 2]
+                if len(values) % 2
+                else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+            )
+            row_cells.append(
+                fmt(mid)
+                if len(values) == 1
+                else f"{fmt(mid)} ({fmt(values[0])} .. {fmt(values[-1])})"
+            )
         print("| " + " | ".join(row_cells) + " |")
 
 
@@ -1231,7 +1510,9 @@ def main():
     run.add_argument("--rlpool", required=True, help="the rlpool binary (release build)")
     run.add_argument("--out", default="target/bench/anchors.json")
     run.add_argument("--svg", default="target/bench/anchors.svg")
-    run.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[2, 8, 32, 64])
+    run.add_argument(
+        "--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[2, 8, 32, 64]
+    )
     run.add_argument("--seconds", type=float, default=0.5)
     run.add_argument("--venvs", default="target/bench/venv", help="where the per-anchor venvs live")
     run.add_argument("--with-torchrl", action="store_true")
@@ -1248,10 +1529,18 @@ def main():
     redraw.add_argument("--svg", default="target/bench/anchors.svg")
     table = sub.add_parser("table", help="print a run's figures as Markdown tables")
     table.add_argument("--json", default="target/bench/anchors.json")
-    spread = sub.add_parser("spread", help="the Python front's figures over several runs: median (min .. max)")
+    spread = sub.add_parser(
+        "spread", help="the Python front's figures over several runs: median (min .. max)"
+    )
     spread.add_argument("json", nargs="+", help="JSON files written by run")
     args = parser.parse_args()
-    verbs = {"run": cmd_run, "measure": cmd_measure, "plot": cmd_plot, "table": cmd_table, "spread": cmd_spread}
+    verbs = {
+        "run": cmd_run,
+        "measure": cmd_measure,
+        "plot": cmd_plot,
+        "table": cmd_table,
+        "spread": cmd_spread,
+    }
     verbs[args.verb](args)
 
 
