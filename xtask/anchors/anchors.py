@@ -1301,6 +1301,9 @@ def cmd_run(args):
 # --------------------------------------------------------------------------
 # The plot.
 
+# The order of the systems in the tables.
+SYSTEM_ORDER = ["gymnasium", "rlpool", "rlpool-python", "envpool", "pufferlib", "torchrl"]
+
 COLORS = {
     "rlpool": "tab:red",
     "rlpool-python": "tab:brown",
@@ -1424,7 +1427,12 @@ def cmd_table(args):
         print(f"{env}: env-steps per second (pool overhead per env-step)\n")
         print("| system | configuration | mode | " + " | ".join(f"N = {n}" for n in sizes) + " |")
         print("|---|---|---|" + "---|" * len(sizes))
-        for (system, config, mode), by_n in cells.items():
+        # Systems in a fixed order (the run's order rotates), each system's
+        # rows as measured.
+        systems = [*SYSTEM_ORDER, *sorted({k[0] for k in cells} - set(SYSTEM_ORDER))]
+        keys = sorted(cells, key=lambda k: systems.index(k[0]))
+        for system, config, mode in keys:
+            by_n = cells[(system, config, mode)]
             print(
                 f"| {system} | {config} | {mode} | "
                 + " | ".join(by_n.get(n, "-") for n in sizes)
