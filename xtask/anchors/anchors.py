@@ -1050,9 +1050,9 @@ def front_lines(doc, markdown):
     for f in doc.get("python_front_fit") or []:
         lines.append(
             f"{'- ' if markdown else '  '}fit over {f['sizes']} sizes, {f['env']}, {f['config']}, "
-            f"{f['mode']}: {f['us_per_pool_call']:.2f} us per pool call + "
-            f"{f['ns_per_env_step']:.0f} ns "
-            "per env-step (layer without draws)"
+            f"{f['mode']}: {f['us_per_pool_call']:.2f} us per pool call "
+            f"({f['us_per_pool_call'] * CALLS[f['mode']]:.2f} us per iteration), "
+            f"{f['ns_per_env_step']:+.0f} ns per env-step (layer without draws)"
         )
     return lines
 
