@@ -377,3 +377,35 @@ fn raw_rate(env: &str, n: usize, budget: Duration) -> Result<f64> {
     }
     Ok(steps as f64 / start.elapsed().as_secs_f64())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pool of `n` CountingEnvs on worker threads.
+    fn counting(n: usize) -> AsyncEnvPool {
+        AsyncEnvPool::builder()
+            .registered_n("CountingEnv", n, Kwargs::new())
+            .backend(Backend::Threading(ThreadOptions::default()))
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn bare_loops_step_all_envs_or_exactly_half_per_call() {
+        for (n, bare, per_call) in [
+            (4, Bare::Sync, 4.0),
+            (4, Bare::Async, 2.0),
+            (5, Bare::Async, 2.0),
+            (1, Bare::Async, 1.0),
+        ] {
+            let pool = counting(n);
+            let figures = bare_rate(&pool, bare, Duration::from_millis(20)).unwrap();
+            pool.shutdown();
+            assert_eq!(figures.steps_per_call, per_call, "{n} envs, {bare:?}");
+            assert!(figures.rate > 0.0 && figures.draw_ns > 0.0, "{figures:?}");
+        }
+        assert_eq!(Bare::Sync.mode(), "sync-bare");
+        assert_eq!(Bare::Async.mode(), "async-bare");
+    }
+}
