@@ -159,6 +159,14 @@ pub(crate) struct BenchArgs {
     /// Print one JSON line per measurement instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Also measure each pool with the bare loops of a Python user (no
+    /// episode tally, no root kept): `sync-bare`, step_and_maybe_reset of
+    /// fresh random actions for all N envs; `async-bare`, receive exactly
+    /// N/2 results (min_get = max_get = N/2, EnvPool's batch_size = N/2)
+    /// and send fresh random actions to those envs. `cargo xtask bench
+    /// --anchors` compares them with the same loops driven from Python.
+    #[arg(long)]
+    pub(crate) bare: bool,
 }
 
 #[cfg(test)]
@@ -204,7 +212,14 @@ pub(crate) mod tests {
         assert!(parse("bench --sizes 2,0").is_err());
         assert!(parse("bench --sizes 5000").is_err());
         match parse("bench").unwrap().command {
-            Some(Command::Bench(b)) => assert_eq!(b.sizes, [2, 8, 32, 64]),
+            Some(Command::Bench(b)) => {
+                assert_eq!(b.sizes, [2, 8, 32, 64]);
+                assert!(!b.bare);
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse("bench --bare").unwrap().command {
+            Some(Command::Bench(b)) => assert!(b.bare),
             other => panic!("{other:?}"),
         }
         let err = parse("run --steps 0").unwrap_err().to_string();

@@ -1,14 +1,16 @@
 //! `rlpool bench`: pool configurations (backends, exchanges, sizes, sync and
 //! async) measured against the raw single-threaded env loop, as a table or
-//! one JSON line per measurement.
+//! one JSON line per measurement; with `--bare`, also the bare loops that
+//! `cargo xtask bench --anchors` runs from Python too.
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use pool::envs::Kwargs;
-use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions, ThreadOptions};
+use pool::tensordict::{Entry, TensorDict};
+use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions, Recv, Target, ThreadOptions};
 use rand::SeedableRng;
 
 use crate::args::{BenchArgs, RunArgs};
@@ -37,6 +39,32 @@ struct Measured {
     steps_per_second: f64,
     /// Pool time per env-step minus the raw loop's, in nanoseconds.
     overhead_ns: Option<f64>,
+    /// Env-steps per pool call (per receive and send for async): measured
+    /// for the bare loops, `None` for the others.
+    steps_per_call: Option<f64>,
+    /// Nanoseconds per call of drawing the actions alone (bare loops).
+    draw_ns: Option<f64>,
+}
+
+/// The bare loops of `--bare`: what a Python user of the pool writes, with
+/// no episode tally and no root kept.
+#[derive(Clone, Copy, Debug)]
+enum Bare {
+    /// `step_and_maybe_reset` of fresh random actions for all N envs.
+    Sync,
+    /// Receive exactly N/2 results (min_get = max_get = N/2), send fresh
+    /// random actions to those envs.
+    Async,
+}
+
+impl Bare {
+    /// The mode as shown in the table and the JSON.
+    fn mode(self) -> &'static str {
+        match self {
+            Bare::Sync => "sync-bare",
+            Bare::Async => "async-bare",
+        }
+    }
 }
 
 /// The pool configurations measured, each with its backend for `n` envs
@@ -97,8 +125,11 @@ pub(crate) fn bench(args: &BenchArgs) -> Result<(), Failure> {
             args.env,
             args.seconds
         )?;
+        if args.bare {
+            say!("bare loops: no tally, no root kept; sync-bare: all N per call; async-bare: min_get = max_get = N/2, resent to those envs")?;
+        }
         say!(
-            "{:>5}  {:<20} {:<6} {:>14} {:>16}",
+            "{:>5}  {:<20} {:<10} {:>14} {:>16}",
             "envs",
             "config",
             "mode",
@@ -119,6 +150,8 @@ pub(crate) fn bench(args: &BenchArgs) -> Result<(), Failure> {
                 mode: "sync",
                 steps_per_second: raw,
                 overhead_ns: None,
+                steps_per_call: None,
+                draw_ns: None,
             },
         )?;
         for (config, backend_name, exchange, backend) in configs(n, cores) {
@@ -156,12 +189,125 @@ pub(crate) fn bench(args: &BenchArgs) -> Result<(), Failure> {
                         mode: if sync { "sync" } else { "async" },
                         steps_per_second: rate,
                         overhead_ns: Some((1.0 / rate - 1.0 / raw) * 1e9),
+                        steps_per_call: None,
+                        draw_ns: None,
+                    },
+                )?;
+            }
+            if !args.bare {
+                continue;
+            }
+            for bare in [Bare::Sync, Bare::Async] {
+                let pool = AsyncEnvPool::builder()
+                    .registered_n(&args.env, n, Kwargs::new())
+                    .backend(backend.clone())
+                    .build()
+                    .map_err(failed)?;
+                let measured = bare_rate(&pool, bare, budget);
+                pool.shutdown();
+                let figures = measured.map_err(failed)?;
+                print_row(
+                    args,
+                    &Measured {
+                        config,
+                        backend: Some(backend_name),
+                        exchange,
+                        num_envs: n,
+                        mode: bare.mode(),
+                        steps_per_second: figures.rate,
+                        overhead_ns: Some((1.0 / figures.rate - 1.0 / raw) * 1e9),
+                        steps_per_call: Some(figures.steps_per_call),
+                        draw_ns: Some(figures.draw_ns),
                     },
                 )?;
             }
         }
     }
     Ok(())
+}
+
+/// The figures of a bare loop.
+#[derive(Debug)]
+struct BareFigures {
+    /// Env-steps per second.
+    rate: f64,
+    /// Env-steps per call (per receive and send for async).
+    steps_per_call: f64,
+    /// Nanoseconds per call of drawing the actions alone.
+    draw_ns: f64,
+}
+
+/// Draws made to time the drawing of actions alone.
+const DRAWS: u32 = 2000;
+
+/// A bare loop on `pool`, measured for `budget` after a warm-up of a tenth
+/// of it (at least 3 calls), as the Python driver of `cargo xtask bench
+/// --anchors` does. Actions are drawn afresh for every call from the pool's
+/// action spec (all N envs, then the rows of the envs sent to); the time of
+/// that draw alone is measured after the loop.
+fn bare_rate(pool: &AsyncEnvPool, bare: Bare, budget: Duration) -> Result<BareFigures> {
+    let n = pool.num_envs();
+    let half = (n / 2).max(1);
+    let spec = pool.full_action_spec().clone();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+    let mut draw = |envs: Option<&[usize]>| -> Result<TensorDict> {
+        let Entry::Dict(all) = spec.try_rand(&mut rng)? else {
+            bail!("the action spec is not a composite");
+        };
+        Ok(match envs {
+            None => all,
+            Some(envs) => all.gather_rows(envs)?,
+        })
+    };
+    pool.reset(None)?;
+    if let Bare::Async = bare {
+        pool.async_step_and_maybe_reset_send(draw(None)?, Target::All)?;
+    }
+    let recv = Recv::new().min_get(half).max_get(half);
+    let call = |draw: &mut dyn FnMut(Option<&[usize]>) -> Result<TensorDict>| -> Result<usize> {
+        match bare {
+            Bare::Sync => {
+                pool.step_and_maybe_reset(draw(None)?)?;
+                Ok(n)
+            }
+            Bare::Async => {
+                let (step, _root) = pool.async_step_and_maybe_reset_recv(recv)?;
+                let envs = step.env_indices().to_vec();
+                let got = envs.len();
+                pool.async_step_and_maybe_reset_send(draw(Some(&envs))?, Target::Envs(envs))?;
+                Ok(got)
+            }
+        }
+    };
+    let warm = Instant::now();
+    let mut calls = 0;
+    while calls < 3 || warm.elapsed() < budget / 10 {
+        call(&mut draw)?;
+        calls += 1;
+    }
+    let (mut steps, mut calls) = (0usize, 0usize);
+    let start = Instant::now();
+    let elapsed = loop {
+        steps += call(&mut draw)?;
+        calls += 1;
+        let elapsed = start.elapsed();
+        if elapsed >= budget {
+            break elapsed;
+        }
+    };
+    let envs: Vec<usize> = (0..half).collect();
+    let start = Instant::now();
+    for _ in 0..DRAWS {
+        match bare {
+            Bare::Sync => draw(None)?,
+            Bare::Async => draw(Some(&envs))?,
+        };
+    }
+    Ok(BareFigures {
+        rate: steps as f64 / elapsed.as_secs_f64(),
+        steps_per_call: steps as f64 / calls as f64,
+        draw_ns: start.elapsed().as_secs_f64() * 1e9 / f64::from(DRAWS),
+    })
 }
 
 /// Prints one measurement as it is made: a table row, or a JSON line.
@@ -178,6 +324,8 @@ fn print_row(args: &BenchArgs, r: &Measured) -> Result<(), Failure> {
                 "mode": r.mode,
                 "steps_per_second": r.steps_per_second,
                 "overhead_ns_per_env_step": r.overhead_ns,
+                "steps_per_call": r.steps_per_call,
+                "draw_ns_per_call": r.draw_ns,
             })
         );
     }
@@ -185,7 +333,7 @@ fn print_row(args: &BenchArgs, r: &Measured) -> Result<(), Failure> {
         .overhead_ns
         .map_or("-".to_owned(), |o| format!("{o:.0} ns"));
     say!(
-        "{:>5}  {:<20} {:<6} {:>14.0} {:>16}",
+        "{:>5}  {:<20} {:<10} {:>14.0} {:>16}",
         r.num_envs,
         r.config,
         r.mode,
@@ -228,4 +376,36 @@ fn raw_rate(env: &str, n: usize, budget: Duration) -> Result<f64> {
         turn = (turn + 1) % RAW_ACTIONS;
     }
     Ok(steps as f64 / start.elapsed().as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pool of `n` CountingEnvs on worker threads.
+    fn counting(n: usize) -> AsyncEnvPool {
+        AsyncEnvPool::builder()
+            .registered_n("CountingEnv", n, Kwargs::new())
+            .backend(Backend::Threading(ThreadOptions::default()))
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn bare_loops_step_all_envs_or_exactly_half_per_call() {
+        for (n, bare, per_call) in [
+            (4, Bare::Sync, 4.0),
+            (4, Bare::Async, 2.0),
+            (5, Bare::Async, 2.0),
+            (1, Bare::Async, 1.0),
+        ] {
+            let pool = counting(n);
+            let figures = bare_rate(&pool, bare, Duration::from_millis(20)).unwrap();
+            pool.shutdown();
+            assert_eq!(figures.steps_per_call, per_call, "{n} envs, {bare:?}");
+            assert!(figures.rate > 0.0 && figures.draw_ns > 0.0, "{figures:?}");
+        }
+        assert_eq!(Bare::Sync.mode(), "sync-bare");
+        assert_eq!(Bare::Async.mode(), "async-bare");
+    }
 }

@@ -1,5 +1,6 @@
 """Side-by-side benchmark of rlpool against its anchors: Gymnasium's vector
-envs, EnvPool, PufferLib (and TorchRL's AsyncEnvPool with --with-torchrl).
+envs, EnvPool, PufferLib (and TorchRL's AsyncEnvPool with --with-torchrl),
+with rlpool driven both from Rust and from Python.
 
 `cargo xtask bench --anchors` runs this script with the Python of the
 virtual environment under target/bench/venv:
@@ -13,7 +14,16 @@ workload (env x number of envs), measures every system in turn, rotating the
 order from one workload to the next so that a burst of machine noise does not
 always land on the same system. Each system's measurements of a workload run
 in a fresh subprocess (`anchors.py measure ...`; rlpool's through
-`rlpool bench --json`), so a crash or a hang costs that cell, not the run.
+`rlpool bench --json --bare`), so a crash or a hang costs that cell, not the
+run.
+
+rlpool from Python ("rlpool-python") runs in its own venv, into which `run`
+pip-installs the package from this repository (maturin, release build) on
+every run: an unchanged tree costs a few seconds, and the figures are always
+of the sources measured. Its loops are the bare loops of `rlpool bench
+--bare` (sync: step_and_maybe_reset of all N; async: receive exactly N/2,
+send to those envs), so the Python layer's cost per call and per env-step is
+the difference of the two, both measured in the same run.
 
 Every measurement: the env-steps per second of a loop that draws fresh
 random actions, sends them and receives the results, for about `--seconds`
@@ -22,7 +32,8 @@ loop (the N envs stepped in turn by one thread); the pool overhead per
 env-step is the pool's time per env-step minus the raw loop's.
 
 `plot` redraws the figure from a JSON file; `table` prints its figures as
-Markdown tables (the README's).
+Markdown tables (the README's); `spread` prints the Python front's figures
+over several runs' JSON files (median, min and max).
 """
 
 from __future__ import annotations
@@ -62,20 +73,23 @@ DESCRIPTIONS = {
     "pufferlib": {
         "CartPole-v1": "gymnasium.make('CartPole-v1') wrapped in "
         "pufferlib.emulation.GymnasiumPufferEnv",
-        "noop": "NoOpEnv (as for gymnasium) wrapped in "
-        "pufferlib.emulation.GymnasiumPufferEnv",
+        "noop": "NoOpEnv (as for gymnasium) wrapped in pufferlib.emulation.GymnasiumPufferEnv",
     },
     "torchrl": {
         "CartPole-v1": "torchrl GymEnv('CartPole-v1') (Gymnasium's Python CartPole)",
         "noop": "NoOpEnv (as for gymnasium) wrapped in torchrl GymWrapper",
     },
 }
+DESCRIPTIONS["rlpool-python"] = DESCRIPTIONS["rlpool"]
 
 # What each system's configurations are, for the JSON and the output.
 CONFIGS = {
-    "rlpool": "`rlpool bench --json`: threads (one worker thread per core), "
+    "rlpool": "`rlpool bench --json --bare`: threads (one worker thread per core), "
     "processes with the queue exchange, processes with the shm exchange "
-    "(envs spread over one worker process per core); async: min_get = N/2",
+    "(envs spread over one worker process per core); sync and async (min_get = N/2) "
+    "with the episode tally of `rlpool run`; sync-bare and async-bare: the loops of "
+    "rlpool-python driven from Rust (no tally; async-bare: min_get = max_get = N/2, "
+    "sent to the envs received)",
     "gymnasium": "SyncVectorEnv (in the calling thread) and AsyncVectorEnv "
     "(one process per env, shared memory); neither can receive part of the "
     "envs, so there is no async (N/2) measurement",
@@ -85,8 +99,15 @@ CONFIGS = {
     "pufferlib": "pufferlib.vector.make: Serial (in the calling thread), "
     "Multiprocessing with one worker per core (num_workers=min(cores, N), "
     "overwork=True); async: Multiprocessing with batch_size=N/2",
-    "torchrl": "AsyncEnvPool, backend threading and multiprocessing; async: "
-    "min_get = N/2",
+    "torchrl": "AsyncEnvPool, backend threading and multiprocessing; async: min_get = N/2",
+    "rlpool-python": "import rlpool (built from this repository): "
+    "AsyncEnvPool([env] * N), backend='threading' (one worker thread per core), "
+    "and backend='multiprocessing', exchange='shm', envs_per_worker=ceil(N/cores) "
+    "(as rlpool bench); actions {'action': rng.integers(0, 2, size=(k, 1))} "
+    "(numpy, int64); sync: step_and_maybe_reset(actions for all N); async: "
+    "reset, send to all, then async_step_and_maybe_reset_recv(min_get=N/2, "
+    "max_get=N/2) and async_step_and_maybe_reset_send(actions, "
+    "env_index=td['env_index'])",
 }
 
 # Facts about an anchor that a reader of the figures needs.
@@ -103,10 +124,14 @@ NOTES = {
     "torchrl": "The TorchRL measurements of this driver had not yet been run when "
     "it was written (torch is a download of several GB): a failure is recorded "
     "per measurement.",
+    "rlpool-python": "The same loops driven from Rust are rlpool's sync-bare and "
+    "async-bare rows (rlpool bench --bare); the Python layer's cost is the "
+    "difference, per call (one step; or one receive and one send) and per env-step.",
 }
 
 # --------------------------------------------------------------------------
 # The envs of the Python anchors.
+
 
 def _noop_class():
     import gymnasium as gym
@@ -185,21 +210,28 @@ TORCHRL_MAKERS = {"CartPole-v1": torchrl_cartpole, "noop": torchrl_noop}
 # --------------------------------------------------------------------------
 # Measuring.
 
+
 def timed(step, seconds: float) -> float:
     """Env-steps per second of `step` (which returns the env-steps it did),
     called in a loop for `seconds` after a warm-up of a tenth of that."""
+    return timed_per_call(step, seconds)[0]
+
+
+def timed_per_call(step, seconds: float) -> tuple:
+    """`timed`, with the env-steps per call of `step` as a second figure."""
     warm = time.perf_counter()
     calls = 0
     while calls < 3 or time.perf_counter() - warm < seconds / 10:
         step()
         calls += 1
-    steps = 0
+    steps = calls = 0
     start = time.perf_counter()
     while True:
         steps += step()
+        calls += 1
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:
-            return steps / elapsed
+            return steps / elapsed, {"steps_per_call": steps / calls}
 
 
 def cores() -> int:
@@ -226,7 +258,7 @@ def raw_python_loop(env: str, n: int, seconds: float) -> float:
     return timed(step, seconds)
 
 
-def row(system, env, n, config, mode, rate=None, status="ok", error=None):
+def row(system, env, n, config, mode, rate=None, status="ok", error=None, **extra):
     return {
         "system": system,
         "env": env,
@@ -237,15 +269,21 @@ def row(system, env, n, config, mode, rate=None, status="ok", error=None):
         "status": status,
         "error": error,
         "steps_per_second": rate,
+        **extra,
     }
 
 
 def guarded(system, env, n, config, mode, measure):
-    """One measurement; an exception becomes a failed row."""
+    """One measurement; an exception becomes a failed row. `measure` returns
+    the env-steps per second, or that and a dict of more figures."""
     try:
-        return row(system, env, n, config, mode, measure())
-    except Exception as err:  # noqa: BLE001 - recorded, never dropped
-        return row(system, env, n, config, mode, status="failed", error=f"{type(err).__name__}: {err}")
+        got = measure()
+        rate, extra = got if isinstance(got, tuple) else (got, {})
+        return row(system, env, n, config, mode, rate, **extra)
+    except Exception as err:
+        return row(
+            system, env, n, config, mode, status="failed", error=f"{type(err).__name__}: {err}"
+        )
 
 
 def measure_gymnasium(env, n, seconds):
@@ -274,7 +312,12 @@ def measure_gymnasium(env, n, seconds):
     yield guarded("gymnasium", env, n, "SyncVectorEnv", "sync", vector(gym.vector.SyncVectorEnv))
     yield guarded("gymnasium", env, n, "AsyncVectorEnv", "sync", vector(gym.vector.AsyncVectorEnv))
     yield row(
-        "gymnasium", env, n, "AsyncVectorEnv", "async", status="unsupported",
+        "gymnasium",
+        env,
+        n,
+        "AsyncVectorEnv",
+        "async",
+        status="unsupported",
         error="AsyncVectorEnv.step_wait waits for every env: no receive of part of the envs",
     )
 
@@ -289,22 +332,26 @@ def measure_envpool(env, n, seconds):
 
     def sync(num_envs, num_threads):
         def measure():
-            pool = envpool.make_gymnasium(task, num_envs=num_envs, batch_size=num_envs, num_threads=num_threads, seed=0)
+            pool = envpool.make_gymnasium(
+                task, num_envs=num_envs, batch_size=num_envs, num_threads=num_threads, seed=0
+            )
             pool.reset()
 
             def step():
                 pool.step(rng.integers(0, 2, size=num_envs).astype(np.int32))
                 return num_envs
 
-            rate = timed(step, seconds)
+            got = timed_per_call(step, seconds)
             pool.close()
-            return rate
+            return got
 
         return measure
 
     def asynchronous():
         batch = max(n // 2, 1)
-        pool = envpool.make_gymnasium(task, num_envs=n, batch_size=batch, num_threads=threads, seed=0)
+        pool = envpool.make_gymnasium(
+            task, num_envs=n, batch_size=batch, num_threads=threads, seed=0
+        )
         pool.async_reset()
 
         def step():
@@ -313,9 +360,9 @@ def measure_envpool(env, n, seconds):
             pool.send(rng.integers(0, 2, size=len(ids)).astype(np.int32), ids)
             return len(ids)
 
-        rate = timed(step, seconds)
+        got = timed_per_call(step, seconds)
         pool.close()
-        return rate
+        return got
 
     yield guarded("envpool", env, n, "raw loop (1-env pool)", "sync", sync(1, 1))
     yield guarded("envpool", env, n, "EnvPool", "sync", sync(n, threads))
@@ -358,7 +405,14 @@ def measure_pufferlib(env, n, seconds):
     yield guarded("pufferlib", env, n, "raw loop", "sync", lambda: raw_python_loop(env, n, seconds))
     yield guarded("pufferlib", env, n, "Serial", "sync", run(pv.Serial, n))
     yield guarded("pufferlib", env, n, "Multiprocessing", "sync", run(pv.Multiprocessing, n, **mp))
-    yield guarded("pufferlib", env, n, "Multiprocessing", "async", run(pv.Multiprocessing, max(n // 2, 1), **mp))
+    yield guarded(
+        "pufferlib",
+        env,
+        n,
+        "Multiprocessing",
+        "async",
+        run(pv.Multiprocessing, max(n // 2, 1), **mp),
+    )
 
 
 def measure_torchrl(env, n, seconds):
@@ -383,6 +437,7 @@ def measure_torchrl(env, n, seconds):
             try:
                 root = p.reset()
                 if min_get == n:
+
                     def step():
                         nonlocal root
                         _, root = p.step_and_maybe_reset(p.rand_action(root))
@@ -408,10 +463,77 @@ def measure_torchrl(env, n, seconds):
     yield guarded("torchrl", env, n, "raw loop", "sync", raw)
     for backend in ("threading", "multiprocessing"):
         yield guarded("torchrl", env, n, f"AsyncEnvPool {backend}", "sync", pool(backend, n))
-        yield guarded("torchrl", env, n, f"AsyncEnvPool {backend}", "async", pool(backend, max(n // 2, 1)))
+        yield guarded(
+            "torchrl", env, n, f"AsyncEnvPool {backend}", "async", pool(backend, max(n // 2, 1))
+        )
+
+
+def measure_rlpool_python(env, n, seconds):
+    """rlpool from Python: the bare loops of `rlpool bench --bare`, with the
+    actions drawn by numpy."""
+    import numpy as np
+
+    import rlpool
+
+    name = "LatencyEnv" if env == "noop" else env
+    half = max(n // 2, 1)
+    configs = [
+        ("threads", {"backend": "threading"}),
+        (
+            "processes, shm",
+            {"backend": "multiprocessing", "exchange": "shm", "envs_per_worker": -(-n // cores())},
+        ),
+    ]
+
+    def actions(rng, k):
+        # Both workloads' actions: categorical(n=2), shape [1], int64.
+        return {"action": rng.integers(0, 2, size=(k, 1))}
+
+    def draw_cost(k):
+        """ns per call of drawing k actions alone (numpy, and the dict)."""
+        rng = np.random.default_rng(0)
+        calls = 20000
+        start = time.perf_counter()
+        for _ in range(calls):
+            actions(rng, k)
+        return (time.perf_counter() - start) / calls * 1e9
+
+    def run(options, sync):
+        def measure():
+            rng = np.random.default_rng(0)
+            with rlpool.AsyncEnvPool([name] * n, **options) as pool:
+                pool.reset()
+                if sync:
+
+                    def step():
+                        pool.step_and_maybe_reset(actions(rng, n))
+                        return n
+                else:
+                    pool.async_step_and_maybe_reset_send(actions(rng, n))
+
+                    def step():
+                        td, _ = pool.async_step_and_maybe_reset_recv(min_get=half, max_get=half)
+                        envs = td["env_index"]
+                        pool.async_step_and_maybe_reset_send(
+                            actions(rng, len(envs)), env_index=envs
+                        )
+                        return len(envs)
+
+                rate, extra = timed_per_call(step, seconds)
+                extra["resolved_exchange"] = pool.resolved_exchange
+            extra["draw_ns_per_call"] = draw_cost(n if sync else half)
+            extra["rlpool_version"] = rlpool.__version__
+            return rate, extra
+
+        return measure
+
+    for config, options in configs:
+        yield guarded("rlpool-python", env, n, config, "sync", run(options, True))
+        yield guarded("rlpool-python", env, n, config, "async", run(options, False))
 
 
 MEASURE = {
+    "rlpool-python": measure_rlpool_python,
     "gymnasium": measure_gymnasium,
     "envpool": measure_envpool,
     "pufferlib": measure_pufferlib,
@@ -445,11 +567,31 @@ VENVS = {
     "pufferlib": [["pufferlib", "pufferlib==1.0.1"], "psutil", "filelock"],
     "torchrl": ["torch", "torchrl", "gymnasium"],
     "plot": ["matplotlib"],
+    # Then rlpool itself from this repository (install_repo, every run).
+    "rlpool-python": ["maturin", "numpy"],
 }
-IMPORTS = {"gymnasium": "gymnasium", "envpool": "envpool", "pufferlib": "pufferlib.vector, pufferlib.emulation",
-           "torchrl": "torchrl.envs", "plot": "matplotlib"}
+IMPORTS = {
+    "gymnasium": "gymnasium",
+    "envpool": "envpool",
+    "pufferlib": "pufferlib.vector, pufferlib.emulation",
+    "torchrl": "torchrl.envs",
+    "plot": "matplotlib",
+    "rlpool-python": "rlpool",
+}
 # Versions recorded from each venv.
-REPORTED = ["gymnasium", "envpool", "pufferlib", "torch", "torchrl", "numpy", "matplotlib"]
+REPORTED = [
+    "gymnasium",
+    "envpool",
+    "pufferlib",
+    "torch",
+    "torchrl",
+    "numpy",
+    "matplotlib",
+    "maturin",
+    "rlpool",
+]
+# The repository's root (anchors.py is xtask/anchors/anchors.py).
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def tail(text: str, lines: int = 6) -> str:
@@ -481,7 +623,9 @@ def ensure(venvs: str, name: str) -> dict:
     log_dir = os.path.dirname(os.path.abspath(venvs))
     if not os.path.exists(python):
         print(f"anchors: creating the venv {status['venv']}", flush=True)
-        made = subprocess.run([sys.executable, "-m", "venv", status["venv"]], capture_output=True, text=True)
+        made = subprocess.run(
+            [sys.executable, "-m", "venv", status["venv"]], capture_output=True, text=True
+        )
         if made.returncode != 0:
             status.update(status="venv failed", error=tail(made.stderr))
             return status
@@ -495,24 +639,47 @@ def ensure(venvs: str, name: str) -> dict:
             started = time.perf_counter()
             done = subprocess.run(
                 [python, "-m", "pip", "install", "--disable-pip-version-check", choice],
-                capture_output=True, text=True,
+                capture_output=True,
+                text=True,
             )
             log_name = re.sub(r"[^A-Za-z0-9._-]+", "-", choice).strip("-")
             with open(os.path.join(log_dir, f"pip-{name}-{log_name}.log"), "w") as log:
                 log.write(done.stdout + done.stderr)
-            attempt = {"package": choice, "seconds": round(time.perf_counter() - started, 1), "ok": done.returncode == 0}
+            attempt = {
+                "package": choice,
+                "seconds": round(time.perf_counter() - started, 1),
+                "ok": done.returncode == 0,
+            }
             if done.returncode != 0:
                 attempt["error"] = why_pip_failed(done.stderr or done.stdout)
-                print(f"anchors: {name}: pip install {choice} FAILED: {attempt['error']}", flush=True)
+                print(
+                    f"anchors: {name}: pip install {choice} FAILED: {attempt['error']}", flush=True
+                )
             status["attempts"].append(attempt)
             if attempt["ok"]:
                 break
         else:
-            status.update(status="install failed", error="; ".join(
-                f"{a['package']}: {a['error']}" for a in status["attempts"] if not a["ok"]))
+            status.update(
+                status="install failed",
+                error="; ".join(
+                    f"{a['package']}: {a['error']}" for a in status["attempts"] if not a["ok"]
+                ),
+            )
             status["versions"] = versions_in(python)
             return status
-    check = subprocess.run([python, "-c", f"import {IMPORTS[name]}"], capture_output=True, text=True)
+    if name == "rlpool-python":
+        attempt = install_repo(python, log_dir)
+        status["attempts"].append(attempt)
+        if not attempt["ok"]:
+            status.update(
+                status="install failed",
+                error=f"{attempt['package']}: {attempt['error']}",
+                versions=versions_in(python),
+            )
+            return status
+    check = subprocess.run(
+        [python, "-c", f"import {IMPORTS[name]}"], capture_output=True, text=True
+    )
     status["versions"] = versions_in(python)
     if check.returncode != 0:
         status.update(status="import failed", error=tail(check.stderr))
@@ -522,11 +689,58 @@ def ensure(venvs: str, name: str) -> dict:
     return status
 
 
+def install_repo(python: str, log_dir: str) -> dict:
+    """pip-installs rlpool from this repository's working tree into the venv
+    of `python` (maturin, release build, in the workspace's target
+    directory). Done on every run: with the sources unchanged, cargo has
+    nothing to rebuild and the install takes a few seconds; after a change,
+    the crates that changed are rebuilt (the first build, a few minutes)."""
+    print(f"anchors: pip install {REPO} (rlpool, release build) ...", flush=True)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-build-isolation",
+            "--no-cache-dir",
+            "--force-reinstall",
+            "--no-deps",
+            REPO,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    with open(os.path.join(log_dir, "pip-rlpool-python-repo.log"), "w") as log:
+        log.write(done.stdout + done.stderr)
+    attempt = {
+        "package": f"rlpool from {REPO}",
+        "seconds": round(time.perf_counter() - started, 1),
+        "ok": done.returncode == 0,
+    }
+    if done.returncode != 0:
+        attempt["error"] = why_pip_failed(done.stderr or done.stdout)
+        print(
+            f"anchors: rlpool-python: pip install of the repository FAILED: {attempt['error']}",
+            flush=True,
+        )
+    else:
+        print(
+            f"anchors: rlpool installed from the repository in {attempt['seconds']} s", flush=True
+        )
+    return attempt
+
+
 def why_pip_failed(text: str) -> str:
     """The line of pip's output that says why, else its last lines."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in reversed(lines):
-        if any(word in line for word in ("Error:", "Error ", "error:")) and "subprocess-exited-with-error" not in line:
+        if (
+            any(word in line for word in ("Error:", "Error ", "error:"))
+            and "subprocess-exited-with-error" not in line
+        ):
             return line
     return tail(text, 3)
 
@@ -539,6 +753,7 @@ def version_of(python: str, package: str):
 
 # --------------------------------------------------------------------------
 # The run.
+
 
 def machine() -> dict:
     info = {
@@ -573,21 +788,46 @@ def now() -> str:
 
 def run_rlpool(rlpool, env, n, seconds):
     name = "LatencyEnv" if env == "noop" else env
-    cmd = [rlpool, "bench", "--env", name, "--sizes", str(n), "--seconds", str(seconds), "--json"]
+    cmd = [
+        rlpool,
+        "bench",
+        "--env",
+        name,
+        "--sizes",
+        str(n),
+        "--seconds",
+        str(seconds),
+        "--json",
+        "--bare",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
-        return [row("rlpool", env, n, "rlpool bench", "sync", status="failed", error=tail(done.stderr))]
+        return [
+            row("rlpool", env, n, "rlpool bench", "sync", status="failed", error=tail(done.stderr))
+        ]
     rows = []
     for line in done.stdout.splitlines():
         got = json.loads(line)
         config = "raw loop" if got["config"].startswith("raw loop") else got["config"]
-        rows.append(row("rlpool", env, n, config, got["mode"], got["steps_per_second"]))
+        extra = {k: got[k] for k in ("steps_per_call", "draw_ns_per_call") if got.get(k)}
+        rows.append(row("rlpool", env, n, config, got["mode"], got["steps_per_second"], **extra))
     return rows
 
 
 def run_anchor(python, system, env, n, seconds):
-    cmd = [python, os.path.abspath(__file__), "measure", "--system", system,
-           "--env", env, "--num-envs", str(n), "--seconds", str(seconds)]
+    cmd = [
+        python,
+        os.path.abspath(__file__),
+        "measure",
+        "--system",
+        system,
+        "--env",
+        env,
+        "--num-envs",
+        str(n),
+        "--seconds",
+        str(seconds),
+    ]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120 + 20 * seconds)
     except subprocess.TimeoutExpired as err:
@@ -597,9 +837,23 @@ def run_anchor(python, system, env, n, seconds):
         return rows
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0:
-        rows.append(row(system, env, n, "(process)", "-", status="failed",
-                        error=f"exit status {done.returncode}: {tail(done.stderr)}"))
+        rows.append(
+            row(
+                system,
+                env,
+                n,
+                "(process)",
+                "-",
+                status="failed",
+                error=f"exit status {done.returncode}: {tail(done.stderr)}",
+            )
+        )
     return rows
+
+
+# The system whose raw loop is another's baseline: rlpool driven from Python
+# steps the same Rust envs as rlpool driven from Rust.
+RAW_OF = {"rlpool-python": "rlpool"}
 
 
 def add_overheads(rows):
@@ -612,13 +866,246 @@ def add_overheads(rows):
     for r in rows:
         rate = r["steps_per_second"]
         r["ns_per_env_step"] = 1e9 / rate if rate else None
-        base = raw.get((r["system"], r["env"], r["num_envs"]))
+        base = raw.get((RAW_OF.get(r["system"], r["system"]), r["env"], r["num_envs"]))
         if rate and base and not r["config"].startswith("raw loop"):
             r["raw_ns_per_env_step"] = 1e9 / base
             r["overhead_ns_per_env_step"] = 1e9 / rate - 1e9 / base
         else:
             r["raw_ns_per_env_step"] = 1e9 / base if base else None
             r["overhead_ns_per_env_step"] = None
+
+
+# The goals of issue 14 for rlpool driven from Python.
+SPEED_GOAL = 3.0  # x EnvPool's rate, CartPole-v1, N = 64, same loop, same run
+LAYER_US_PER_CALL = 5.0  # the Python layer's cost per pool call, at most...
+LAYER_NS_PER_STEP = 50.0  # ...plus this per env-step
+# Pool calls per loop iteration: sync, one step_and_maybe_reset; async, one
+# receive and one send.
+CALLS = {"sync": 1, "async": 2}
+
+
+def python_front(rows):
+    """For each rlpool-python measurement: the same loop driven from Rust
+    (rlpool's `<mode>-bare` row), EnvPool's same loop, the Python layer's
+    cost per call and per env-step, and the goals."""
+    ok = {
+        (r["system"], r["env"], r["num_envs"], r["config"], r["mode"]): r
+        for r in rows
+        if r["status"] == "ok" and r["num_envs"]
+    }
+    front = []
+    for (system, env, n, config, mode), py in ok.items():
+        if system != "rlpool-python":
+            continue
+        rust = ok.get(("rlpool", env, n, config, f"{mode}-bare"))
+        envpool = ok.get(("envpool", env, n, "EnvPool", mode))
+        spc = py.get("steps_per_call") or (n if mode == "sync" else max(n // 2, 1))
+        entry = {
+            "env": env,
+            "num_envs": n,
+            "config": config,
+            "mode": mode,
+            "python_steps_per_second": py["steps_per_second"],
+            "rust_steps_per_second": rust["steps_per_second"] if rust else None,
+            "envpool_steps_per_second": envpool["steps_per_second"] if envpool else None,
+            "steps_per_iteration": spc,
+            "calls_per_iteration": CALLS[mode],
+            "python_us_per_iteration": spc / py["steps_per_second"] * 1e6,
+            "python_draw_us_per_iteration": (py.get("draw_ns_per_call") or 0) / 1e3 or None,
+            "layer_budget_us_per_iteration": CALLS[mode] * LAYER_US_PER_CALL
+            + spc * LAYER_NS_PER_STEP / 1e3,
+        }
+        if rust:
+            rust_spc = rust.get("steps_per_call") or spc
+            entry["rust_us_per_iteration"] = rust_spc / rust["steps_per_second"] * 1e6
+            entry["python_layer_us_per_call"] = (
+                entry["python_us_per_iteration"] - entry["rust_us_per_iteration"]
+            )
+            entry["python_layer_ns_per_env_step"] = (
+                1e9 / py["steps_per_second"] - 1e9 / rust["steps_per_second"]
+            )
+            entry["rust_draw_us_per_iteration"] = (rust.get("draw_ns_per_call") or 0) / 1e3 or None
+            # Without the drawing of the actions (numpy's in Python, the
+            # action spec's in Rust): what the rlpool package adds. The goal
+            # is judged on it.
+            entry["python_layer_us_per_call_without_draws"] = (
+                entry["python_layer_us_per_call"]
+                - (entry["python_draw_us_per_iteration"] or 0)
+                + (entry["rust_draw_us_per_iteration"] or 0)
+            )
+            entry["python_layer_ns_per_env_step_without_draws"] = (
+                entry["python_layer_us_per_call_without_draws"] * 1e3 / spc
+            )
+            entry["layer_goal_met"] = (
+                entry["python_layer_us_per_call_without_draws"]
+                <= entry["layer_budget_us_per_iteration"]
+            )
+        if envpool:
+            entry["over_envpool"] = py["steps_per_second"] / envpool["steps_per_second"]
+            entry["speed_goal_met"] = entry["over_envpool"] >= SPEED_GOAL
+        front.append(entry)
+    return front
+
+
+def front_fit(front):
+    """Per (env, config, mode), when two sizes or more were measured: the
+    least-squares line through the Python layer's cost per call (without the
+    draws) against the env-steps per call, i.e. a fixed cost per pool call
+    and a cost per env-step."""
+    groups = {}
+    for e in front:
+        if e.get("python_layer_us_per_call_without_draws") is not None:
+            groups.setdefault((e["env"], e["config"], e["mode"]), []).append(
+                (e["steps_per_iteration"], e["python_layer_us_per_call_without_draws"])
+            )
+    fits = []
+    for (env, config, mode), points in groups.items():
+        xs = [p[0] for p in points]
+        if len(set(xs)) < 2:
+            continue
+        mx, my = sum(xs) / len(xs), sum(p[1] for p in points) / len(points)
+        slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+        fits.append(
+            {
+                "env": env,
+                "config": config,
+                "mode": mode,
+                "sizes": len(points),
+                "us_per_pool_call": (my - slope * mx) / CALLS[mode],
+                "ns_per_env_step": slope * 1e3,
+            }
+        )
+    return fits
+
+
+FRONT_HEAD = [
+    "env",
+    "N",
+    "config",
+    "mode",
+    "Python",
+    "Rust",
+    "EnvPool",
+    "Python / EnvPool",
+    "layer per call",
+    "draws Py / Rust",
+    "layer w/o draws",
+    "per env-step",
+    "budget",
+]
+
+
+def front_cells(e):
+    """One row of the Python front's table."""
+
+    def rate(v):
+        return si(v) if v else "-"
+
+    def us(v):
+        return human_ns(v * 1e3) if v is not None else "-"
+
+    layer = e.get("python_layer_us_per_call_without_draws")
+    verdict = "" if layer is None else (" met" if e["layer_goal_met"] else " NOT met")
+    return [
+        e["env"],
+        str(e["num_envs"]),
+        e["config"],
+        e["mode"],
+        rate(e["python_steps_per_second"]),
+        rate(e["rust_steps_per_second"]),
+        rate(e["envpool_steps_per_second"]),
+        f"{e['over_envpool']:.2f}x" if e.get("over_envpool") else "-",
+        us(e.get("python_layer_us_per_call")),
+        f"{us(e.get('python_draw_us_per_iteration'))} / {us(e.get('rust_draw_us_per_iteration'))}",
+        us(layer),
+        human_ns(e.get("python_layer_ns_per_env_step_without_draws")),
+        us(e["layer_budget_us_per_iteration"]) + verdict,
+    ]
+
+
+def front_lines(doc, markdown):
+    """The Python front's figures as text lines (a Markdown table when
+    `markdown`)."""
+    front = doc.get("python_front") or []
+    if not front:
+        return []
+    rows = [
+        front_cells(e)
+        for e in sorted(
+            front, key=lambda e: (ENVS.index(e["env"]), e["num_envs"], e["config"], e["mode"])
+        )
+    ]
+    if markdown:
+        lines = ["| " + " | ".join(FRONT_HEAD) + " |", "|" + "---|" * len(FRONT_HEAD)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+    else:
+        widths = [max(len(r[i]) for r in [FRONT_HEAD, *rows]) for i in range(len(FRONT_HEAD))]
+        lines = [
+            "  "
+            + "  ".join(
+                c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+            )
+            for r in [FRONT_HEAD, *rows]
+        ]
+    for f in doc.get("python_front_fit") or []:
+        lines.append(
+            f"{'- ' if markdown else '  '}fit over {f['sizes']} sizes, {f['env']}, {f['config']}, "
+            f"{f['mode']}: {f['us_per_pool_call']:.2f} us per pool call "
+            f"({f['us_per_pool_call'] * CALLS[f['mode']]:.2f} us per iteration), "
+            f"{f['ns_per_env_step']:+.0f} ns per env-step (layer without draws)"
+        )
+    return lines
+
+
+def goals(front):
+    """Issue 14's goals, judged on the CartPole-v1 rows at N = 64: the speed
+    goal on the async loop (EnvPool's send/recv loop) and, for the record,
+    on the sync one; the layer goal (without the draws) on both."""
+    out = []
+    for e in front:
+        if e["env"] != "CartPole-v1" or e["num_envs"] != 64:
+            continue
+        if e.get("over_envpool") is not None:
+            out.append(
+                {
+                    "goal": f"rlpool-python >= {SPEED_GOAL:g}x EnvPool",
+                    "config": e["config"],
+                    "mode": e["mode"],
+                    "figure": round(e["over_envpool"], 2),
+                    "met": e["speed_goal_met"],
+                }
+            )
+        if e.get("python_layer_us_per_call_without_draws") is not None:
+            out.append(
+                {
+                    "goal": f"Python layer <= {LAYER_US_PER_CALL:g} us per pool call + "
+                    f"{LAYER_NS_PER_STEP:g} ns per env-step (without the draws)",
+                    "config": e["config"],
+                    "mode": e["mode"],
+                    "figure": round(e["python_layer_us_per_call_without_draws"], 2),
+                    "with_draws": round(e["python_layer_us_per_call"], 2),
+                    "budget": round(e["layer_budget_us_per_iteration"], 2),
+                    "met": e["layer_goal_met"],
+                }
+            )
+    return out
+
+
+def goal_lines(goals_):
+    lines = []
+    for g in goals_:
+        if "budget" in g:
+            figure = (
+                f"{g['figure']} us per call (budget {g['budget']} us; "
+                f"with the draws {g['with_draws']} us)"
+            )
+        else:
+            figure = f"{g['figure']}x"
+        lines.append(
+            f"{'met' if g['met'] else 'NOT MET'}: {g['goal']}, CartPole-v1, N = 64, "
+            f"{g['config']}, {g['mode']}: {figure}"
+        )
+    return lines
 
 
 def human_ns(ns):
@@ -634,27 +1121,41 @@ def human_ns(ns):
 def print_rows(rows):
     for r in rows:
         if r["status"] == "ok":
-            print(f"  {r['system']:<10} {r['config']:<24} {r['mode']:<6} {r['steps_per_second']:>12.0f} /s"
-                  f" {human_ns(r['ns_per_env_step']):>10}/step  overhead {human_ns(r['overhead_ns_per_env_step']):>10}",
-                  flush=True)
+            print(
+                f"  {r['system']:<13} {r['config']:<24} {r['mode']:<10} "
+                f"{r['steps_per_second']:>12.0f} /s {human_ns(r['ns_per_env_step']):>10}/step  "
+                f"overhead {human_ns(r['overhead_ns_per_env_step']):>10}",
+                flush=True,
+            )
         else:
-            print(f"  {r['system']:<10} {r['config']:<24} {r['mode']:<6} {r['status'].upper()}: {r['error']}",
-                  flush=True)
+            print(
+                f"  {r['system']:<13} {r['config']:<24} {r['mode']:<10} "
+                f"{r['status'].upper()}: {r['error']}",
+                flush=True,
+            )
 
 
 def cmd_run(args):
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     started = time.perf_counter()
-    anchors = ["gymnasium", "envpool", "pufferlib"] + (["torchrl"] if args.with_torchrl else [])
+    anchors = ["rlpool-python", "gymnasium", "envpool", "pufferlib"] + (
+        ["torchrl"] if args.with_torchrl else []
+    )
 
-    installs = {name: ensure(args.venvs, name) for name in anchors + ["plot"]}
+    installs = {name: ensure(args.venvs, name) for name in [*anchors, "plot"]}
     available = {name: installs[name]["status"] == "ok" for name in anchors}
     for name in anchors:
         if not available[name]:
             print(f"anchors: {name} is NOT measured: {installs[name]['status']}", flush=True)
 
-    order = ["gymnasium", "rlpool", "envpool", "pufferlib"] + (["torchrl"] if args.with_torchrl else [])
-    rlpool_version = subprocess.run([args.rlpool, "--version"], capture_output=True, text=True).stdout.strip()
+    # rlpool from Rust and from Python side by side, so that the difference
+    # of the two sees the machine in one state as far as can be.
+    order = ["gymnasium", "rlpool", "rlpool-python", "envpool", "pufferlib"] + (
+        ["torchrl"] if args.with_torchrl else []
+    )
+    rlpool_version = subprocess.run(
+        [args.rlpool, "--version"], capture_output=True, text=True
+    ).stdout.strip()
     doc = {
         "command": args.command,
         "date": now(),
@@ -688,18 +1189,47 @@ def cmd_run(args):
             "results, for the given seconds after a warm-up of a tenth of that. "
             "raw loop: the N envs stepped in turn by one thread (EnvPool: a "
             "1-env pool; rlpool: step_into on reused buffers, with 64 random "
-            "actions per env drawn ahead and used in turn). overhead_ns_per_env_step = ns per env-step of the "
-            "pool minus that of the same system's raw loop of the same workload."
+            "actions per env drawn ahead and used in turn). "
+            "overhead_ns_per_env_step = ns per env-step of the pool minus that "
+            "of the same system's raw loop of the same workload (rlpool-python: "
+            "rlpool's). python_front: each rlpool-python measurement beside the "
+            "same loop driven from Rust (rlpool bench --bare: sync-bare, "
+            "async-bare) and EnvPool's (sync: step of all N; async: batch_size = "
+            "N/2, recv then send to the envs received). A call is one loop "
+            "iteration: one step_and_maybe_reset (sync), or one receive and one "
+            "send (async). python_layer_us_per_call = Python's time per "
+            "iteration minus Rust's; python_layer_ns_per_env_step = the same per "
+            f"env-step; the goal: at most {LAYER_US_PER_CALL:g} us per pool call "
+            f"(1 sync, 2 async) plus {LAYER_NS_PER_STEP:g} ns per env-step; and "
+            f"rlpool-python at least {SPEED_GOAL:g}x EnvPool's rate on "
+            "CartPole-v1 at N = 64. The layer goal is judged without the draws: "
+            "draw_ns_per_call is the time of drawing one call's actions alone "
+            "(numpy's rng.integers in Python; the action spec's sampling and a "
+            "row gather in Rust), python_layer_us_per_call_without_draws = "
+            "python_layer_us_per_call - Python's draw + Rust's draw."
         ),
         "measurements": [],
     }
     for name in anchors:
         if not available[name]:
-            doc["measurements"].append(row(name, "CartPole-v1", None, "(all)", "-", status=installs[name]["status"],
-                                           error=installs[name].get("error")))
+            doc["measurements"].append(
+                row(
+                    name,
+                    "CartPole-v1",
+                    None,
+                    "(all)",
+                    "-",
+                    status=installs[name]["status"],
+                    error=installs[name].get("error"),
+                )
+            )
 
     measured = [name for name in order if name == "rlpool" or available[name]]
-    print(f"anchors: measuring {', '.join(measured)}; N in {args.sizes}; {args.seconds} s per measurement", flush=True)
+    print(
+        f"anchors: measuring {', '.join(measured)}; N in {args.sizes}; "
+        f"{args.seconds} s per measurement",
+        flush=True,
+    )
     for name in measured:
         print(f"  {name}: {CONFIGS[name]}")
         if name in NOTES:
@@ -718,21 +1248,52 @@ def cmd_run(args):
                     got = run_rlpool(args.rlpool, env, n, args.seconds)
                 else:
                     got = run_anchor(venv_python(args.venvs, name), name, env, n, args.seconds)
-                add_overheads(got)
-                print_rows(got)
                 doc["measurements"].extend(got)
+                add_overheads(doc["measurements"])
+                print_rows(got)
     add_overheads(doc["measurements"])
+    doc["python_front"] = python_front(doc["measurements"])
+    doc["python_front_fit"] = front_fit(doc["python_front"])
+    doc["goals"] = goals(doc["python_front"])
+    print(
+        "rlpool from Python beside rlpool from Rust (the same loop) and EnvPool; the Python "
+        "layer's cost per call (sync: one step; async: one receive and one send) and per env-step:",
+        flush=True,
+    )
+    for line in front_lines(doc, markdown=False):
+        print(line, flush=True)
+    for line in goal_lines(doc["goals"]):
+        print(f"  {line}", flush=True)
     doc["load_after"] = load()
     doc["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     doc["run_seconds"] = round(time.perf_counter() - started, 1)
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
-    print(f"anchors: wrote {args.out} ({doc['run_seconds']} s; load average {doc['load_before']['load_1m']:.1f} "
-          f"before, {doc['load_after']['load_1m']:.1f} after, on {doc['machine']['cores']} cores)", flush=True)
+    print(
+        f"anchors: wrote {args.out} ({doc['run_seconds']} s; "
+        f"load average {doc['load_before']['load_1m']:.1f} "
+        f"before, {doc['load_after']['load_1m']:.1f} after, on {doc['machine']['cores']} cores)",
+        flush=True,
+    )
     if installs["plot"]["status"] == "ok":
-        drawn = subprocess.run([venv_python(args.venvs, "plot"), os.path.abspath(__file__), "plot",
-                                "--json", args.out, "--svg", args.svg], capture_output=True, text=True)
-        print(drawn.stdout.strip() if drawn.returncode == 0 else f"anchors: NO PLOT: {tail(drawn.stderr)}")
+        drawn = subprocess.run(
+            [
+                venv_python(args.venvs, "plot"),
+                os.path.abspath(__file__),
+                "plot",
+                "--json",
+                args.out,
+                "--svg",
+                args.svg,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        print(
+            drawn.stdout.strip()
+            if drawn.returncode == 0
+            else f"anchors: NO PLOT: {tail(drawn.stderr)}"
+        )
     else:
         print(f"anchors: NO PLOT: matplotlib: {installs['plot']['status']}")
 
@@ -740,8 +1301,17 @@ def cmd_run(args):
 # --------------------------------------------------------------------------
 # The plot.
 
-COLORS = {"rlpool": "tab:red", "gymnasium": "tab:blue", "envpool": "tab:green",
-          "pufferlib": "tab:purple", "torchrl": "tab:orange"}
+# The order of the systems in the tables.
+SYSTEM_ORDER = ["gymnasium", "rlpool", "rlpool-python", "envpool", "pufferlib", "torchrl"]
+
+COLORS = {
+    "rlpool": "tab:red",
+    "rlpool-python": "tab:brown",
+    "gymnasium": "tab:blue",
+    "envpool": "tab:green",
+    "pufferlib": "tab:purple",
+    "torchrl": "tab:orange",
+}
 STYLES = ["-", "--", "-."]  # dotted is for the raw loops
 MARKERS = ["o", "s", "^", "D"]
 
@@ -766,7 +1336,9 @@ def plot(doc, path):
                     continue
                 if not raw and r["mode"] != mode:
                     continue
-                lines.setdefault((r["system"], r["config"]), []).append((r["num_envs"], r["steps_per_second"]))
+                lines.setdefault((r["system"], r["config"]), []).append(
+                    (r["num_envs"], r["steps_per_second"])
+                )
             per_system = {}
             for (system, config), points in sorted(lines.items()):
                 points.sort()
@@ -775,16 +1347,26 @@ def plot(doc, path):
                 if not raw:
                     k.append(config)
                 style = ":" if raw else STYLES[(len(k) - 1) % len(STYLES)]
-                ax.plot([p[0] for p in points], [p[1] for p in points],
-                        color=COLORS.get(system, "black"), linestyle=style,
-                        marker=MARKERS[(len(k) - 1) % len(MARKERS)], markersize=4,
-                        linewidth=1 if raw else 1.6, alpha=0.6 if raw else 1.0,
-                        label=f"{system}: {config}")
+                ax.plot(
+                    [p[0] for p in points],
+                    [p[1] for p in points],
+                    color=COLORS.get(system, "black"),
+                    linestyle=style,
+                    marker=MARKERS[(len(k) - 1) % len(MARKERS)],
+                    markersize=4,
+                    linewidth=1 if raw else 1.6,
+                    alpha=0.6 if raw else 1.0,
+                    label=f"{system}: {config}",
+                )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xticks(doc["sizes"])
             ax.set_xticklabels([str(s) for s in doc["sizes"]])
-            title = "synchronous (all N per step)" if mode == "sync" else "asynchronous (N/2 per receive)"
+            title = (
+                "synchronous (all N per step)"
+                if mode == "sync"
+                else "asynchronous (N/2 per receive)"
+            )
             ax.set_title(f"{env}: {title}", fontsize=10)
             ax.grid(True, which="both", alpha=0.3)
             if i == 1:
@@ -796,7 +1378,8 @@ def plot(doc, path):
     missing = sorted({r["system"] for r in doc["measurements"] if not r["num_envs"]})
     fig.suptitle(
         f"rlpool and its anchors: {m.get('cores')} cores, {m.get('cpu', '')}, {doc['date'][:10]}; "
-        f"load {doc['load_before']['load_1m']:.1f} before, {doc.get('load_after', {}).get('load_1m', float('nan')):.1f} after; "
+        f"load {doc['load_before']['load_1m']:.1f} before, "
+        f"{doc.get('load_after', {}).get('load_1m', float('nan')):.1f} after; "
         f"{doc['seconds_per_measurement']} s per point; dotted: raw loops"
         + (f"; NOT INSTALLED: {', '.join(missing)}" if missing else ""),
         fontsize=10,
@@ -844,9 +1427,88 @@ def cmd_table(args):
         print(f"{env}: env-steps per second (pool overhead per env-step)\n")
         print("| system | configuration | mode | " + " | ".join(f"N = {n}" for n in sizes) + " |")
         print("|---|---|---|" + "---|" * len(sizes))
-        for (system, config, mode), by_n in cells.items():
-            print(f"| {system} | {config} | {mode} | " + " | ".join(by_n.get(n, "-") for n in sizes) + " |")
+        # Systems in a fixed order (the run's order rotates), each system's
+        # rows as measured.
+        systems = [*SYSTEM_ORDER, *sorted({k[0] for k in cells} - set(SYSTEM_ORDER))]
+        keys = sorted(cells, key=lambda k: systems.index(k[0]))
+        for system, config, mode in keys:
+            by_n = cells[(system, config, mode)]
+            print(
+                f"| {system} | {config} | {mode} | "
+                + " | ".join(by_n.get(n, "-") for n in sizes)
+                + " |"
+            )
         print()
+    lines = front_lines(doc, markdown=True)
+    if lines:
+        print(
+            "rlpool from Python beside rlpool from Rust (the same loop) and EnvPool: env-steps per "
+            "second; the Python layer's cost per call (sync: one step; async: one receive and one "
+            "send) and per env-step\n"
+        )
+        for line in lines:
+            print(line)
+        print()
+        for line in goal_lines(doc.get("goals") or []):
+            print(f"- {line}")
+
+
+SPREAD = [
+    ("python_steps_per_second", "Python", si),
+    ("rust_steps_per_second", "Rust", si),
+    ("envpool_steps_per_second", "EnvPool", si),
+    ("over_envpool", "Python / EnvPool", lambda v: f"{v:.2f}x"),
+    ("python_layer_us_per_call", "layer per call", lambda v: human_ns(v * 1e3)),
+    ("python_layer_us_per_call_without_draws", "layer w/o draws", lambda v: human_ns(v * 1e3)),
+    ("python_layer_ns_per_env_step_without_draws", "per env-step", human_ns),
+]
+
+
+def cmd_spread(args):
+    """The Python front's figures over several runs (JSON files of `run`):
+    median (min .. max) of each, as a Markdown table."""
+    docs = []
+    for path in args.json:
+        with open(path) as f:
+            docs.append(json.load(f))
+    cells = {}
+    for doc in docs:
+        for e in doc.get("python_front") or []:
+            key = (e["env"], e["num_envs"], e["config"], e["mode"])
+            for field, _, _ in SPREAD:
+                if e.get(field) is not None:
+                    cells.setdefault(key, {}).setdefault(field, []).append(e[field])
+    print(
+        f"{len(docs)} runs: "
+        + "; ".join(
+            f"{d['date'][:16]} commit {d['versions'].get('git_commit')} "
+            f"load {d['load_before']['load_1m']:.1f}"
+            f"/{d.get('load_after', {}).get('load_1m', float('nan')):.1f}"
+            for d in docs
+        )
+        + "\n"
+    )
+    head = ["env", "N", "config", "mode"] + [name for _, name, _ in SPREAD]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for key in sorted(cells, key=lambda k: (ENVS.index(k[0]), k[1], k[2], k[3])):
+        row_cells = [key[0], str(key[1]), key[2], key[3]]
+        for field, _, fmt in SPREAD:
+            values = sorted(cells[key].get(field, []))
+            if not values:
+                row_cells.append("-")
+                continue
+            mid = (
+                values[len(values) // 2]
+                if len(values) % 2
+                else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+            )
+            row_cells.append(
+                fmt(mid)
+                if len(values) == 1
+                else f"{fmt(mid)} ({fmt(values[0])} .. {fmt(values[-1])})"
+            )
+        print("| " + " | ".join(row_cells) + " |")
 
 
 def main():
@@ -856,7 +1518,9 @@ def main():
     run.add_argument("--rlpool", required=True, help="the rlpool binary (release build)")
     run.add_argument("--out", default="target/bench/anchors.json")
     run.add_argument("--svg", default="target/bench/anchors.svg")
-    run.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[2, 8, 32, 64])
+    run.add_argument(
+        "--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[2, 8, 32, 64]
+    )
     run.add_argument("--seconds", type=float, default=0.5)
     run.add_argument("--venvs", default="target/bench/venv", help="where the per-anchor venvs live")
     run.add_argument("--with-torchrl", action="store_true")
@@ -873,8 +1537,19 @@ def main():
     redraw.add_argument("--svg", default="target/bench/anchors.svg")
     table = sub.add_parser("table", help="print a run's figures as Markdown tables")
     table.add_argument("--json", default="target/bench/anchors.json")
+    spread = sub.add_parser(
+        "spread", help="the Python front's figures over several runs: median (min .. max)"
+    )
+    spread.add_argument("json", nargs="+", help="JSON files written by run")
     args = parser.parse_args()
-    {"run": cmd_run, "measure": cmd_measure, "plot": cmd_plot, "table": cmd_table}[args.verb](args)
+    verbs = {
+        "run": cmd_run,
+        "measure": cmd_measure,
+        "plot": cmd_plot,
+        "table": cmd_table,
+        "spread": cmd_spread,
+    }
+    verbs[args.verb](args)
 
 
 if __name__ == "__main__":

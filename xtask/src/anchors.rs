@@ -7,9 +7,17 @@
 //! environment per anchor under `target/bench/venv/` (reused when present),
 //! pip-installs the anchors (an anchor that fails to install is reported in
 //! the output and the JSON, and the run goes on), measures every workload on
-//! each system in turn (rlpool through `rlpool bench --json`, built here in
-//! release first), then writes `target/bench/anchors.json` and the plot
-//! `target/bench/anchors.svg`.
+//! each system in turn (rlpool through `rlpool bench --json --bare`, built
+//! here in release first), then writes `target/bench/anchors.json` and the
+//! plot `target/bench/anchors.svg`.
+//!
+//! rlpool driven from Python is one of the systems: its venv,
+//! `target/bench/venv/rlpool-python/`, gets maturin and numpy from PyPI
+//! and, on every run, the package built from this repository (`pip install`
+//! of the root, a release build in this target directory: a few seconds
+//! when nothing changed). Its loops are `rlpool bench --bare`'s, so the run
+//! reports the Python layer's cost per call and per env-step beside its
+//! rate over EnvPool's (issue 14's goals).
 
 use std::env;
 use std::path::PathBuf;
