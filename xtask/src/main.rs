@@ -1,20 +1,24 @@
 //! Developer commands for the rlpool workspace (the cargo-xtask pattern).
 //!
 //! `cargo xtask test-all` runs every check we have: formatting, clippy with
-//! warnings denied, the whole test suite (unit, integration and doc tests)
-//! and the loom models of the exchange and liveness protocols (`cargo xtask
-//! loom`).
+//! warnings denied, the whole test suite (unit, integration and doc tests),
+//! the loom models of the exchange and liveness protocols (`cargo xtask
+//! loom`), and the Python package's checks (`cargo xtask python`: the package
+//! built into a virtual environment under `target/python`, then ruff, mypy
+//! and pytest; see `python.rs`).
 //! `cargo xtask bench` runs the benchmarks; `cargo xtask bench --anchors`
 //! measures rlpool side by side with EnvPool, PufferLib and Gymnasium (see
 //! `anchors.rs`); `cargo xtask perf-report` regenerates the table of current
 //! figures in `docs/performance.md` (see `report.rs`); `cargo xtask fuzz` builds the fuzz targets of `fuzz/`
 //! with libFuzzer and runs them; `cargo xtask soak` runs the soak test. The
 //! binary needs nothing but cargo and rustc (and, for `fuzz`, a C++
-//! compiler): it finds the workspace root from its own manifest
+//! compiler; for `test-all` and `python`, a Python 3.11 or later with `venv`
+//! and access to PyPI the first time): it finds the workspace root from its own manifest
 //! directory and runs cargo through `$CARGO`.
 #![forbid(unsafe_code)]
 
 mod anchors;
+mod python;
 mod report;
 
 use std::env;
@@ -22,12 +26,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-const USAGE: &str = "\
+pub(crate) const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
   test-all   cargo fmt --check, cargo clippy (warnings denied), cargo test --workspace,
-             cargo doc (warnings denied), the benchmarks once in test mode, loom
+             cargo doc (warnings denied), the benchmarks once in test mode, loom,
+             then the Python steps of `python`
+  python [pytest arguments...]
+             the Python package alone: a venv in target/python/venv ($PYTHON or
+             python3 -m venv, filled from PyPI with python/requirements-dev.txt,
+             made anew when that file changes), the package built by maturin
+             (debug, feature test-envs) and installed into it, ruff check,
+             ruff format --check, mypy, and pytest with the arguments given
   bench      run the benchmarks (divan) of every crate that has some;
              extra arguments are passed to the benchmark binaries
   bench --anchors [--with-torchrl] [--seconds S] [--sizes N,N,...]
@@ -59,6 +70,7 @@ fn main() -> ExitCode {
     let rest: Vec<String> = args.collect();
     let result = match command.as_deref() {
         Some("test-all") => test_all(),
+        Some("python") => python::command(&rest),
         Some("bench") => bench(&rest),
         Some("loom") => loom(),
         Some("soak") => soak(&rest),
@@ -95,13 +107,48 @@ fn cargo() -> Command {
     command
 }
 
-/// Runs one step, printing its name and duration; an error names the step.
+/// A command as a line to paste into a shell from the workspace root: the
+/// variables it sets (but `PATH`), the program and its arguments, quoted
+/// where needed.
+fn command_line(command: &Command) -> String {
+    let quote = |part: &std::ffi::OsStr| {
+        let part = part.to_string_lossy();
+        if !part.is_empty()
+            && part
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+        {
+            part.into_owned()
+        } else {
+            format!("'{}'", part.replace('\'', r"'\''"))
+        }
+    };
+    let vars = command
+        .get_envs()
+        .filter(|(name, _)| *name != "PATH")
+        .filter_map(|(name, value)| {
+            value.map(|v| format!("{}={}", name.to_string_lossy(), quote(v)))
+        });
+    vars.chain(
+        std::iter::once(command.get_program())
+            .chain(command.get_args())
+            .map(quote),
+    )
+    .collect::<Vec<_>>()
+    .join(" ")
+}
+
+/// Runs one step, printing its name and duration; an error names the step
+/// and the command that was run.
 fn step(name: &str, mut command: Command) -> Result<(), String> {
     println!("xtask: == {name}");
     let start = Instant::now();
-    let status = command
-        .status()
-        .map_err(|err| format!("{name}: could not start cargo: {err}"))?;
+    let status = command.status().map_err(|err| {
+        format!(
+            "{name}: could not start {}: {err}",
+            command.get_program().to_string_lossy()
+        )
+    })?;
     println!(
         "xtask: == {name}: {} in {:.1}s",
         if status.success() { "ok" } else { "FAILED" },
@@ -110,7 +157,10 @@ fn step(name: &str, mut command: Command) -> Result<(), String> {
     if status.success() {
         Ok(())
     } else {
-        Err(format!("{name} failed ({status})"))
+        Err(format!(
+            "{name} failed ({status}); the command was:\n  {}",
+            command_line(&command)
+        ))
     }
 }
 
@@ -147,7 +197,9 @@ fn test_all() -> Result<(), String> {
     bench_smoke.args(["test", "--workspace", "--benches"]);
     step("benchmarks in test mode", bench_smoke)?;
 
-    loom()
+    loom()?;
+
+    python::run(&[])
 }
 
 fn bench(extra: &[String]) -> Result<(), String> {

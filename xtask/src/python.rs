@@ -1,0 +1,245 @@
+//! The Python package's checks: `cargo xtask python`, and the last steps of
+//! `cargo xtask test-all`.
+//!
+//! 1. A virtual environment, `target/python/venv`, made with `$PYTHON` (else
+//!    `python3`) `-m venv` and filled from PyPI with the pinned versions of
+//!    `python/requirements-dev.txt`. A stamp in it records that file and the
+//!    interpreter; when either changes, the environment is made anew,
+//!    otherwise it is reused as it is (no network).
+//! 2. The package built by maturin from `pyproject.toml` (a debug build, with
+//!    the bindings crate's `test-envs` feature, so that the tests can build
+//!    the workspace's test envs) into a wheel under `target/python/wheels`,
+//!    and the wheel installed into the environment (not editable: the tests
+//!    import what a user would install). The build shares the workspace's
+//!    target directory, so on a fresh clone it reuses what `cargo test` built
+//!    (about 15 s instead of 80 s on two cores); the price is that PyO3's
+//!    build script sees another interpreter here than under `cargo clippy`
+//!    and `cargo doc`, so each of them recompiles PyO3 (a few seconds).
+//! 3. `ruff check` and `ruff format --check` of `python/`, `mypy` (strict, on
+//!    `python/rlpool`, as `pyproject.toml` says), and `pytest` (`python/tests`,
+//!    each test under pytest-timeout, so that a hang fails).
+//!
+//! Nothing is written to the source tree: no bytecode
+//! (`PYTHONDONTWRITEBYTECODE`), no pytest cache (`-p no:cacheprovider`), and
+//! the ruff and mypy caches live under `target/python`.
+
+use std::env;
+use std::ffi::OsString;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::{root, step};
+
+/// The pinned development requirements, relative to the workspace root.
+const REQUIREMENTS: &str = "python/requirements-dev.txt";
+
+/// The bindings crate's feature that registers the workspace's test envs.
+const TEST_FEATURES: &str = "test-envs";
+
+/// The stamp file inside the environment: what it was made from.
+const STAMP: &str = "rlpool-requirements.stamp";
+
+/// `target/python`: everything the Python steps write.
+fn python_dir() -> PathBuf {
+    root().join("target").join("python")
+}
+
+/// The virtual environment's directory.
+fn venv_dir() -> PathBuf {
+    python_dir().join("venv")
+}
+
+/// A program of the virtual environment (`python`, `maturin`, ...).
+fn venv_bin(name: &str) -> PathBuf {
+    venv_dir().join("bin").join(name)
+}
+
+/// The interpreter that makes the environment: `$PYTHON`, else `python3`.
+fn base_python() -> OsString {
+    env::var_os("PYTHON").unwrap_or_else(|| "python3".into())
+}
+
+/// A command run from the workspace root with the environment's tools first
+/// on the path, no bytecode written, and nothing inherited that would make
+/// Python import the package from anywhere but the environment.
+fn in_venv(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(program);
+    let bin = venv_dir().join("bin");
+    let mut path = OsString::from(bin.as_os_str());
+    if let Some(old) = env::var_os("PATH") {
+        path.push(":");
+        path.push(old);
+    }
+    command
+        .current_dir(root())
+        .env("PATH", path)
+        .env("VIRTUAL_ENV", venv_dir())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+        .env_remove("PYTHONPATH")
+        .env_remove("PYTHONHOME")
+        .env_remove("CONDA_PREFIX");
+    command
+}
+
+/// `cargo xtask python [pytest arguments...]`: every Python step, with the
+/// arguments passed on to pytest.
+pub(crate) fn command(pytest_args: &[String]) -> Result<(), String> {
+    if pytest_args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{}", crate::USAGE);
+        return Ok(());
+    }
+    run(pytest_args)
+}
+
+/// Every Python step, in order (see the module's documentation).
+pub(crate) fn run(pytest_args: &[String]) -> Result<(), String> {
+    ensure_venv()?;
+    build_and_install()?;
+    check(pytest_args)
+}
+
+/// What the environment is made from: the requirements and the interpreter.
+fn wanted_stamp(requirements: &str) -> Result<String, String> {
+    let python = base_python();
+    let output = Command::new(&python)
+        .args([
+            "-c",
+            "import sys; print(sys.executable); print(sys.version.replace(chr(10), ' '))",
+        ])
+        .output()
+        .map_err(|e| {
+            format!(
+                "could not run {} (set $PYTHON to a Python 3.11 or later): {e}",
+                python.to_string_lossy()
+            )
+        })?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} -c 'import sys; ...' failed ({}): {}",
+            python.to_string_lossy(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(format!(
+        "# interpreter\n{}# {REQUIREMENTS}\n{requirements}",
+        String::from_utf8_lossy(&output.stdout)
+    ))
+}
+
+/// Makes `target/python/venv` from `python/requirements-dev.txt` unless the
+/// stamp says it is made from the same file and interpreter.
+fn ensure_venv() -> Result<(), String> {
+    let venv = venv_dir();
+    let req_path = root().join(REQUIREMENTS);
+    let requirements =
+        fs::read_to_string(&req_path).map_err(|e| format!("{}: {e}", req_path.display()))?;
+    let wanted = wanted_stamp(&requirements)?;
+    let stamp = venv.join(STAMP);
+    if venv_bin("python").exists() && fs::read_to_string(&stamp).ok().as_deref() == Some(&wanted) {
+        println!(
+            "xtask: == python environment: reused {} (made from {REQUIREMENTS})",
+            venv.display()
+        );
+        return Ok(());
+    }
+    if venv.exists() {
+        fs::remove_dir_all(&venv).map_err(|e| format!("{}: {e}", venv.display()))?;
+    }
+    fs::create_dir_all(python_dir()).map_err(|e| format!("{}: {e}", python_dir().display()))?;
+
+    let mut make = Command::new(base_python());
+    make.current_dir(root()).arg("-m").arg("venv").arg(&venv);
+    step("python -m venv target/python/venv", make)?;
+
+    let mut fill = in_venv(venv_bin("python"));
+    fill.args(["-m", "pip", "install", "--no-compile", "-r"])
+        .arg(&req_path);
+    step(&format!("pip install -r {REQUIREMENTS}"), fill)?;
+
+    // Written last: an interrupted install is redone at the next run.
+    fs::write(&stamp, wanted).map_err(|e| format!("{}: {e}", stamp.display()))
+}
+
+/// Builds the wheel with maturin and installs it into the environment.
+fn build_and_install() -> Result<(), String> {
+    let wheels = python_dir().join("wheels");
+    if wheels.exists() {
+        fs::remove_dir_all(&wheels).map_err(|e| format!("{}: {e}", wheels.display()))?;
+    }
+    let mut build = in_venv(venv_bin("maturin"));
+    build
+        .args(["build", "--profile", "dev", "--features", TEST_FEATURES])
+        .arg("--interpreter")
+        .arg(venv_bin("python"))
+        .arg("--out")
+        .arg(&wheels);
+    step(
+        &format!("maturin build (debug, --features {TEST_FEATURES})"),
+        build,
+    )?;
+
+    let wheel = single_wheel(&wheels)?;
+    let mut install = in_venv(venv_bin("python"));
+    install
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--no-compile",
+            "--force-reinstall",
+            "--quiet",
+        ])
+        .arg(&wheel);
+    step("pip install the wheel", install)
+}
+
+/// The one wheel maturin wrote into `dir`.
+fn single_wheel(dir: &Path) -> Result<PathBuf, String> {
+    let wheels: Vec<PathBuf> = fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .collect();
+    match wheels.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(format!(
+            "expected one wheel in {} after maturin build, found {}",
+            dir.display(),
+            wheels.len()
+        )),
+    }
+}
+
+/// ruff, ruff format, mypy and pytest, from the workspace root (their
+/// configuration is in `pyproject.toml`).
+fn check(pytest_args: &[String]) -> Result<(), String> {
+    let caches = python_dir();
+
+    let mut lint = in_venv(venv_bin("ruff"));
+    lint.args(["check", "python"])
+        .env("RUFF_CACHE_DIR", caches.join("ruff-cache"));
+    step("ruff check python", lint)?;
+
+    let mut format = in_venv(venv_bin("ruff"));
+    format
+        .args(["format", "--check", "python"])
+        .env("RUFF_CACHE_DIR", caches.join("ruff-cache"));
+    step("ruff format --check python", format)?;
+
+    let mut types = in_venv(venv_bin("python"));
+    types
+        .args(["-m", "mypy"])
+        .env("MYPY_CACHE_DIR", caches.join("mypy-cache"));
+    step("mypy (strict, python/rlpool)", types)?;
+
+    let mut tests = in_venv(venv_bin("python"));
+    tests
+        .args(["-m", "pytest", "-p", "no:cacheprovider"])
+        .args(pytest_args);
+    step("pytest python/tests", tests)
+}
