@@ -18,12 +18,19 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use smallvec::SmallVec;
 
-/// Keeps the storage of a call's tensors alive for the numpy arrays over
-/// them.
+/// Keeps the elements of a call's arrays alive: small ones copied into
+/// one buffer, large ones in their own tensors.
 #[pyclass(frozen, module = "rlpool._native")]
 pub(crate) struct Owner {
+    /// Never read by Rust: numpy reads and writes it through the arrays.
+    _buffer: Vec<u64>,
     _tensors: Vec<Tensor>,
 }
+
+/// Tensors of at most this many bytes are copied into the call's one
+/// buffer (one allocation for all of them, whatever their storage);
+/// larger ones keep their storage, copied only if it is shared.
+const SMALL: usize = 64 * 1024;
 
 /// The numpy dtype of a tensor dtype.
 pub(crate) fn descr(py: Python<'_>, dtype: DType) -> Bound<'_, PyArrayDescr> {
@@ -39,76 +46,160 @@ pub(crate) fn descr(py: Python<'_>, dtype: DType) -> Bound<'_, PyArrayDescr> {
     }
 }
 
+/// Where a planned array's elements are.
+enum Place {
+    /// At this byte offset in [`Arrays`]'s buffer.
+    Buffer(usize),
+    /// In this tensor of [`Arrays`]'s own.
+    Tensor(usize),
+}
+
 /// One array to make: where its elements are, and their dtype and shape.
 struct Planned {
     dtype: DType,
     dims: SmallVec<[npy_intp; 4]>,
-    data: *mut u8,
+    place: Place,
 }
 
-/// Tensors gathered for arrays that share one [`Owner`]: [`Arrays::add`]
-/// each, then [`Arrays::finish`] turns them into arrays, in order.
+/// The elements gathered for arrays that share one [`Owner`]:
+/// [`Arrays::add`] (or [`Arrays::add_ints`]) each, then [`Arrays::finish`]
+/// turns them into arrays, in order.
 pub(crate) struct Arrays {
+    /// Small tensors' bytes, each at an 8-byte aligned offset.
+    buffer: Vec<u64>,
     tensors: Vec<Tensor>,
     planned: Vec<Planned>,
+}
+
+fn dims_of(shape: &[usize]) -> PyResult<SmallVec<[npy_intp; 4]>> {
+    shape
+        .iter()
+        .map(|&d| {
+            npy_intp::try_from(d).map_err(|_| {
+                PyValueError::new_err(format!("shape {shape:?} is too large for numpy"))
+            })
+        })
+        .collect()
+}
+
+thread_local! {
+    /// The size of the last call's buffer: the next one is likely the same.
+    static LAST_WORDS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 impl Arrays {
     /// Room for a result's usual number of entries.
     pub(crate) fn new() -> Arrays {
         Arrays {
-            tensors: Vec::with_capacity(8),
+            buffer: Vec::with_capacity(LAST_WORDS.with(std::cell::Cell::get)),
+            tensors: Vec::new(),
             planned: Vec::with_capacity(8),
         }
     }
 
-    /// Plans an array over `tensor`'s elements (copied first only if their
-    /// storage is shared); returns its index for [`Arrays::finish`].
-    pub(crate) fn add(&mut self, mut tensor: Tensor) -> PyResult<usize> {
-        let mut dims = SmallVec::new();
-        for &d in tensor.shape() {
-            dims.push(npy_intp::try_from(d).map_err(|_| {
-                PyValueError::new_err(format!("shape {:?} is too large for numpy", tensor.shape()))
-            })?);
-        }
-        // Unique from here on: no other tensor sees these bytes. Moving
-        // the tensor (below) does not move them.
-        let data = tensor.bytes_mut().as_mut_ptr();
+    /// Room for `bytes` more bytes at the end of the buffer: their offset.
+    fn grow(&mut self, bytes: usize) -> usize {
+        let offset = self.buffer.len() * 8;
+        self.buffer.resize(self.buffer.len() + bytes.div_ceil(8), 0);
+        offset
+    }
+
+    /// Plans an array over a copy of `tensor`'s elements (small ones, into
+    /// the call's buffer), or over `tensor`'s own storage (large ones: made
+    /// unique in [`Arrays::finish`], once the caller dropped its other
+    /// holders); returns its index for [`Arrays::finish`].
+    pub(crate) fn add(&mut self, tensor: &Tensor) -> PyResult<usize> {
+        let dims = dims_of(tensor.shape())?;
+        let bytes = tensor.as_bytes();
+        let place = if bytes.len() <= SMALL {
+            let offset = self.grow(bytes.len());
+            let words: &mut [u64] = &mut self.buffer;
+            let dst: &mut [u8] = bytemuck_bytes(words);
+            dst[offset..offset + bytes.len()].copy_from_slice(bytes);
+            Place::Buffer(offset)
+        } else {
+            self.tensors.push(tensor.clone());
+            Place::Tensor(self.tensors.len() - 1)
+        };
         self.planned.push(Planned {
             dtype: tensor.dtype(),
             dims,
-            data,
+            place,
         });
-        self.tensors.push(tensor);
         Ok(self.planned.len() - 1)
     }
 
+    /// Plans an `int64` array of shape `shape` over the ints `each` gives
+    /// (copied into the call's buffer); `None`, planning nothing, if their
+    /// number is not the shape's.
+    pub(crate) fn add_ints(
+        &mut self,
+        shape: &[usize],
+        each: impl FnOnce(&mut dyn FnMut(i64)),
+    ) -> PyResult<Option<usize>> {
+        let dims = dims_of(shape)?;
+        let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        let start = self.buffer.len();
+        self.buffer.reserve(numel.unwrap_or(0));
+        let buffer = &mut self.buffer;
+        // Two's complement bits: the buffer's words are the int64s.
+        each(&mut |v| buffer.push(v as u64));
+        if numel != Some(self.buffer.len() - start) {
+            self.buffer.truncate(start);
+            return Ok(None);
+        }
+        self.planned.push(Planned {
+            dtype: DType::I64,
+            dims,
+            place: Place::Buffer(start * 8),
+        });
+        Ok(Some(self.planned.len() - 1))
+    }
+
     /// The planned arrays, in the order of [`Arrays::add`], all based on
-    /// one owner of their tensors.
-    pub(crate) fn finish(self, py: Python<'_>) -> PyResult<Vec<Bound<'_, PyAny>>> {
+    /// one owner of their elements. Large tensors are made unique here
+    /// (copied if something else still shares their storage).
+    pub(crate) fn finish(mut self, py: Python<'_>) -> PyResult<Vec<Bound<'_, PyAny>>> {
         if self.planned.is_empty() {
             return Ok(Vec::new());
+        }
+        LAST_WORDS.with(|last| last.set(self.buffer.len()));
+        let base = self.buffer.as_mut_ptr().cast::<u8>();
+        let mut data = Vec::with_capacity(self.planned.len());
+        for planned in &self.planned {
+            data.push(match planned.place {
+                // `wrapping_add`: in bounds (the offset and size were
+                // reserved in the buffer), and no dereference here.
+                Place::Buffer(offset) => base.wrapping_add(offset),
+                // Unique from here on: no other tensor sees these bytes.
+                // Moving the tensor (into the owner) does not move them.
+                Place::Tensor(i) => self.tensors[i].bytes_mut().as_mut_ptr(),
+            });
         }
         let owner = Bound::new(
             py,
             Owner {
+                _buffer: self.buffer,
                 _tensors: self.tensors,
             },
         )?;
         let mut arrays = Vec::with_capacity(self.planned.len());
-        for mut planned in self.planned {
+        for (mut planned, data) in self.planned.into_iter().zip(data) {
             let ndim = std::os::raw::c_int::try_from(planned.dims.len())
                 .map_err(|_| PyValueError::new_err("too many dims for numpy"))?;
             let descr = descr(py, planned.dtype);
             // SAFETY: `descr` is a valid dtype (its reference is given to
             // numpy by `into_dtype_ptr`); `dims` holds `ndim` sizes;
-            // `data` points to a tensor's bytes, exactly `prod(dims) *
-            // itemsize` of them, aligned for the dtype (storage is 8-byte
-            // aligned and a view's offset is a multiple of the dtype's
-            // size), unaliased by Rust (the tensor is the storage's only
-            // owner and nothing reads it again) and valid for as long as
-            // `owner` lives, which every array keeps as its base. Null
-            // strides ask for C order.
+            // `data` points to exactly `prod(dims) * itemsize` bytes,
+            // aligned for the dtype (the buffer's offsets are multiples of
+            // 8; tensor storage is 8-byte aligned and a view's offset is a
+            // multiple of the dtype's size), of this array alone (a
+            // buffer range of its own, or a tensor that is its storage's
+            // only owner), which Rust never reads or writes again and
+            // which stay valid for as long as `owner` lives (moving the
+            // buffer or the tensors into it moved no heap bytes); every
+            // array keeps `owner` as its base. Null strides ask for C
+            // order.
             unsafe {
                 let array = PY_ARRAY_API.PyArray_NewFromDescr(
                     py,
@@ -117,7 +208,7 @@ impl Arrays {
                     ndim,
                     planned.dims.as_mut_ptr(),
                     ptr::null_mut(),
-                    planned.data.cast(),
+                    data.cast(),
                     NPY_ARRAY_WRITEABLE,
                     ptr::null_mut(),
                 );
@@ -135,6 +226,15 @@ impl Arrays {
         }
         Ok(arrays)
     }
+}
+
+/// The bytes of a slice of words.
+fn bytemuck_bytes(words: &mut [u64]) -> &mut [u8] {
+    let len = words.len() * 8;
+    // SAFETY: `u8` has no alignment requirement and every bit pattern is
+    // valid for both types; the byte slice covers exactly the words' memory
+    // and borrows them mutably for its lifetime.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), len) }
 }
 
 /// A dtype's numpy name.

@@ -8,7 +8,6 @@ use pool::Batch;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
-use smallvec::SmallVec;
 use std::cell::RefCell;
 
 use crate::array::{self, Arrays};
@@ -272,11 +271,14 @@ fn cast<'py>(
         })
 }
 
-/// A tensordict as nested dicts of numpy arrays (moved out: the arrays own
-/// the tensors' storage, through one owner per call).
+/// A tensordict as nested dicts of numpy arrays, all based on one owner
+/// of their elements (see [`Arrays`]): small entries are copied into one
+/// buffer, large ones keep their storage once `td` is dropped.
 pub(crate) fn td_to_py(py: Python<'_>, td: TensorDict) -> PyResult<Bound<'_, PyDict>> {
     let mut arrays = Arrays::new();
-    let plan = plan(py, td, &mut arrays)?;
+    let plan = plan(py, &td, &mut arrays)?;
+    // The arrays' large tensors are unique once `td` no longer holds them.
+    drop(td);
     let mut made = arrays.finish(py)?.into_iter().map(Some).collect::<Vec<_>>();
     build(py, plan, &mut made)
 }
@@ -288,20 +290,18 @@ enum Node<'py> {
     Dict(Vec<(Bound<'py, PyString>, Node<'py>)>),
 }
 
-fn plan<'py>(py: Python<'py>, mut td: TensorDict, arrays: &mut Arrays) -> PyResult<Node<'py>> {
-    let names: SmallVec<[String; 8]> = td.iter().map(|(name, _)| name.to_string()).collect();
-    let mut entries = Vec::with_capacity(names.len());
-    for name in names {
-        let node = match td.remove(name.as_str()) {
-            Some(Entry::Tensor(tensor)) => Node::Array(arrays.add(tensor)?),
-            Some(Entry::NonTensor(value)) => match int_tensor(&value) {
-                Some(tensor) => Node::Array(arrays.add(tensor)?),
-                None => Node::Value(non_tensor_to_py(py, &value)?),
+fn plan<'py>(py: Python<'py>, td: &TensorDict, arrays: &mut Arrays) -> PyResult<Node<'py>> {
+    let mut entries = Vec::with_capacity(td.len());
+    for (name, entry) in td.iter() {
+        let node = match entry {
+            Entry::Tensor(tensor) => Node::Array(arrays.add(tensor)?),
+            Entry::NonTensor(value) => match int_array(value, arrays)? {
+                Some(i) => Node::Array(i),
+                None => Node::Value(non_tensor_to_py(py, value)?),
             },
-            Some(Entry::Dict(sub)) => plan(py, sub, arrays)?,
-            None => continue,
+            Entry::Dict(sub) => plan(py, sub, arrays)?,
         };
-        entries.push((key_string(py, &name), node));
+        entries.push((key_string(py, name), node));
     }
     Ok(Node::Dict(entries))
 }
@@ -345,14 +345,29 @@ fn key_string<'py>(py: Python<'py>, name: &str) -> Bound<'py, PyString> {
     })
 }
 
-/// Integers (such as `env_index`) as an `int64` tensor of the value's
-/// shape; `None` for other values.
-fn int_tensor(value: &NonTensor) -> Option<Tensor> {
-    let mut ints = Vec::new();
-    if collect_ints(value, &mut ints) {
-        Tensor::from_vec(&value.shape(), ints).ok()
-    } else {
-        None
+/// Integers (such as `env_index`) planned as an `int64` array of the
+/// value's shape; `None` for other values.
+fn int_array(value: &NonTensor, arrays: &mut Arrays) -> PyResult<Option<usize>> {
+    if !all_ints(value) {
+        return Ok(None);
+    }
+    arrays.add_ints(&value.shape(), |push| for_ints(value, push))
+}
+
+/// Gives every int of `value` (all ints, see [`all_ints`]) in order.
+fn for_ints(value: &NonTensor, push: &mut dyn FnMut(i64)) {
+    match value {
+        NonTensor::Int(v) => push(*v),
+        NonTensor::Stack(items) => items.iter().for_each(|item| for_ints(item, push)),
+        _ => {}
+    }
+}
+
+fn all_ints(value: &NonTensor) -> bool {
+    match value {
+        NonTensor::Int(_) => true,
+        NonTensor::Stack(items) => items.iter().all(all_ints),
+        _ => false,
     }
 }
 
@@ -371,17 +386,6 @@ fn non_tensor_to_py<'py>(py: Python<'py>, value: &NonTensor) -> PyResult<Bound<'
             PyList::new(py, items)?.into_any()
         }
     })
-}
-
-fn collect_ints(value: &NonTensor, out: &mut Vec<i64>) -> bool {
-    match value {
-        NonTensor::Int(v) => {
-            out.push(*v);
-            true
-        }
-        NonTensor::Stack(items) => items.iter().all(|item| collect_ints(item, out)),
-        _ => false,
-    }
 }
 
 /// A received batch as `(data, batch_size)`: `data` a dict for a dense
