@@ -32,6 +32,8 @@ NestedKey = Union[str, tuple[str, ...]]
 
 Value = Union[npt.NDArray[Any], "TensorDict"]
 
+_MISSING: Any = object()
+
 
 def _path(key: NestedKey) -> tuple[str, ...]:
     if isinstance(key, str):
@@ -114,6 +116,11 @@ class TensorDict:
     def __getitem__(self, key: Any) -> Any:
         """An entry (``td["obs"]``, ``td["next", "obs"]``), or the rows
         selected by an int, a slice or an index array."""
+        if type(key) is str:
+            # The common case first: a top-level key, one dict lookup.
+            value = self._data.get(key, _MISSING)
+            if value is not _MISSING and type(value) is not dict:
+                return value
         if isinstance(key, (str, tuple)) and not (
             isinstance(key, tuple) and any(not isinstance(k, str) for k in key)
         ):

@@ -5,9 +5,10 @@
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pool::tensordict::{DType, Entry, NonTensor, StackedTensorDict, Tensor, TensorDict};
 use pool::Batch;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 use std::cell::RefCell;
 
 use crate::array::{self, Arrays};
@@ -388,32 +389,106 @@ fn non_tensor_to_py<'py>(py: Python<'py>, value: &NonTensor) -> PyResult<Bound<'
     })
 }
 
-/// A received batch as `(data, batch_size)`: `data` a dict for a dense
-/// batch, a list of `(dict, batch_size)` for a lazy one.
-pub(crate) fn batch_to_py(py: Python<'_>, batch: Batch) -> PyResult<Bound<'_, PyTuple>> {
+/// The Python classes results are made of and inputs are checked against,
+/// looked up once.
+struct Classes {
+    /// `rlpool.TensorDict`.
+    tensordict: Py<PyType>,
+    /// `rlpool.LazyStackedTensorDict`.
+    lazy: Py<PyType>,
+    /// `collections.abc.Mapping`.
+    mapping: Py<PyType>,
+    /// `object.__new__`: a `TensorDict` without running `__init__`.
+    new: Py<PyAny>,
+}
+
+fn classes(py: Python<'_>) -> PyResult<&Classes> {
+    static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
+    CLASSES.get_or_try_init(py, || {
+        let module = py.import("rlpool._tensordict")?;
+        Ok::<_, PyErr>(Classes {
+            tensordict: module
+                .getattr("TensorDict")?
+                .cast_into::<PyType>()?
+                .unbind(),
+            lazy: module
+                .getattr("LazyStackedTensorDict")?
+                .cast_into::<PyType>()?
+                .unbind(),
+            mapping: py
+                .import("collections.abc")?
+                .getattr("Mapping")?
+                .cast_into::<PyType>()?
+                .unbind(),
+            new: py
+                .get_type::<pyo3::types::PyAny>()
+                .getattr("__new__")?
+                .unbind(),
+        })
+    })
+}
+
+/// An input as the conversion takes it: a dict (or other mapping) of
+/// arrays, and the batch size of an `rlpool.TensorDict` (`None` for a
+/// plain mapping: the call's own batch size applies). Anything else is an
+/// `InvalidType`.
+pub(crate) fn unwrap_td<'py>(
+    py: Python<'py>,
+    td: Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyAny>, Option<Vec<usize>>)> {
+    if td.is_instance_of::<PyDict>() {
+        return Ok((td, None));
+    }
+    let classes = classes(py)?;
+    if td.is_instance(classes.tensordict.bind(py))? {
+        let data = td.getattr(intern!(py, "_data"))?;
+        let batch = td.getattr(intern!(py, "_batch_size"))?.extract()?;
+        return Ok((data, Some(batch)));
+    }
+    if td.is_instance(classes.mapping.bind(py))? {
+        return Ok((td, None));
+    }
+    Err(invalid_type(
+        py,
+        format!(
+            "expected a TensorDict or a dict of arrays, got {}",
+            type_name(&td)
+        ),
+    ))
+}
+
+/// An `rlpool.TensorDict` over `data` (nested dicts of arrays), unchecked.
+fn wrap<'py>(
+    py: Python<'py>,
+    data: Bound<'py, PyDict>,
+    batch: Bound<'py, PyTuple>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let classes = classes(py)?;
+    let td = classes.new.bind(py).call1((classes.tensordict.bind(py),))?;
+    td.setattr(intern!(py, "_data"), data)?;
+    td.setattr(intern!(py, "_batch_size"), batch)?;
+    Ok(td)
+}
+
+/// A received batch as Python's `Batch`: an `rlpool.TensorDict` for a
+/// dense batch, an `rlpool.LazyStackedTensorDict` for a lazy one.
+pub(crate) fn batch_to_py(py: Python<'_>, batch: Batch) -> PyResult<Bound<'_, PyAny>> {
     match batch.into_data() {
-        StackedTensorDict::Dense(td) => td_with_batch(py, td),
+        StackedTensorDict::Dense(td) => td_to_tensordict(py, td),
         StackedTensorDict::Lazy(lazy) => {
-            let batch = lazy.batch_size();
-            let parts: Vec<Bound<'_, PyTuple>> = lazy
+            let parts: Vec<Bound<'_, PyAny>> = lazy
                 .into_parts()
                 .into_iter()
-                .map(|part| td_with_batch(py, part))
+                .map(|part| td_to_tensordict(py, part))
                 .collect::<PyResult<_>>()?;
-            PyTuple::new(
-                py,
-                [
-                    PyList::new(py, parts)?.into_any(),
-                    PyTuple::new(py, batch)?.into_any(),
-                ],
-            )
+            classes(py)?.lazy.bind(py).call1((PyList::new(py, parts)?,))
         }
     }
 }
 
-/// One tensordict as `(dict, batch_size)`.
-pub(crate) fn td_with_batch(py: Python<'_>, td: TensorDict) -> PyResult<Bound<'_, PyTuple>> {
+/// One tensordict as an `rlpool.TensorDict`.
+pub(crate) fn td_to_tensordict(py: Python<'_>, td: TensorDict) -> PyResult<Bound<'_, PyAny>> {
     let batch = PyTuple::new(py, td.batch_size())?;
     let data = td_to_py(py, td)?;
-    PyTuple::new(py, [data.into_any(), batch.into_any()])
+    wrap(py, data, batch)
 }
