@@ -280,21 +280,7 @@ pub(crate) fn tensor_from_array(
     debug_assert!(array.is_c_contiguous());
     let mut tensor = Tensor::try_zeros(dtype, shape)?;
     let bytes = tensor.bytes_mut();
-    if !bytes.is_empty() {
-        // SAFETY: the array is C-contiguous with `shape` and an element
-        // size of `dtype`'s (checked by the caller), so its data pointer
-        // is valid for reads of exactly `bytes.len()` bytes; the GIL is
-        // held, so no Python code of this process frees or resizes it
-        // meanwhile; `bytes` is the new tensor's own storage, so the two
-        // do not overlap. A raw copy makes no Rust reference to numpy's
-        // memory (which other native code may write concurrently).
-        unsafe {
-            let data = (*npyffi::objects::_PyArray_GET_ITEM_DATA(array.as_array_ptr()))
-                .data
-                .cast::<u8>();
-            ptr::copy_nonoverlapping(data, bytes.as_mut_ptr(), bytes.len());
-        }
-    }
+    copy_elements(array, bytes);
     if dtype == DType::Bool && bytes.iter().any(|&b| b > 1) {
         return Err(TensorDictError::InvalidBytes {
             dtype,
@@ -302,4 +288,64 @@ pub(crate) fn tensor_from_array(
         });
     }
     Ok(tensor)
+}
+
+/// The values of a C-contiguous `int64` or `int32` array (native byte
+/// order, any shape), copied without numpy's borrow tracking (whose global
+/// lock and hash map cost more than the copy of a few indices); `None` for
+/// any other array.
+pub(crate) fn read_ints(array: &Bound<'_, PyUntypedArray>) -> Option<Vec<i64>> {
+    if !array.is_c_contiguous() {
+        return None;
+    }
+    let len = array.len();
+    match dtype_of(&array.dtype())? {
+        DType::I64 => {
+            let mut out = vec![0i64; len];
+            copy_elements(array, bytemuck_bytes_i64(&mut out));
+            Some(out)
+        }
+        DType::I32 => {
+            let mut out = vec![0u64; len.div_ceil(2)];
+            let bytes = &mut bytemuck_bytes(&mut out)[..len * 4];
+            copy_elements(array, bytes);
+            Some(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| i64::from(i32::from_ne_bytes([c[0], c[1], c[2], c[3]])))
+                    .collect(),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// Copies the elements of a C-contiguous array of exactly `dst.len()`
+/// bytes of data into `dst`.
+fn copy_elements(array: &Bound<'_, PyUntypedArray>, dst: &mut [u8]) {
+    debug_assert!(array.is_c_contiguous());
+    if dst.is_empty() {
+        return;
+    }
+    // SAFETY: the array is C-contiguous and its data is `dst.len()` bytes
+    // (the caller's dtype and element count), so its data pointer is valid
+    // for reads of that many bytes; the GIL is held, so no Python code of
+    // this process frees or resizes it meanwhile; `dst` is Rust's own
+    // memory, so the two do not overlap. A raw byte copy makes no Rust
+    // reference to numpy's memory and needs no alignment.
+    unsafe {
+        let data = (*npyffi::objects::_PyArray_GET_ITEM_DATA(array.as_array_ptr()))
+            .data
+            .cast::<u8>();
+        ptr::copy_nonoverlapping(data, dst.as_mut_ptr(), dst.len());
+    }
+}
+
+/// The bytes of a slice of `i64`s.
+fn bytemuck_bytes_i64(values: &mut [i64]) -> &mut [u8] {
+    let len = values.len() * 8;
+    // SAFETY: `u8` has no alignment requirement and every bit pattern is
+    // valid for both types; the byte slice covers exactly the values'
+    // memory and borrows them mutably for its lifetime.
+    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), len) }
 }

@@ -669,6 +669,15 @@ fn int_like(value: &Bound<'_, PyAny>) -> bool {
 
 /// The values of an integer numpy array (any shape), read directly.
 fn int_array(value: &Bound<'_, PyAny>) -> Option<Vec<i64>> {
+    // The common case (an `env_index` array) read raw; the rest (other
+    // strides or byte orders) through numpy's checked views.
+    if let Some(ints) = value
+        .cast::<PyUntypedArray>()
+        .ok()
+        .and_then(|array| crate::array::read_ints(array))
+    {
+        return Some(ints);
+    }
     if let Ok(array) = value.cast::<PyArrayDyn<i64>>() {
         return Some(array.readonly().as_array().iter().copied().collect());
     }
