@@ -13,7 +13,7 @@ use std::ptr;
 
 use numpy::npyffi::{self, npy_intp, NPY_ARRAY_WRITEABLE, PY_ARRAY_API};
 use numpy::{PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
-use pool::tensordict::{DType, Tensor, TensorDictError};
+use pool::tensordict::{DType, NonTensor, Tensor, TensorDictError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use smallvec::SmallVec;
@@ -72,14 +72,15 @@ pub(crate) struct Arrays {
 }
 
 fn dims_of(shape: &[usize]) -> PyResult<SmallVec<[npy_intp; 4]>> {
-    shape
-        .iter()
-        .map(|&d| {
-            npy_intp::try_from(d).map_err(|_| {
-                PyValueError::new_err(format!("shape {shape:?} is too large for numpy"))
-            })
-        })
-        .collect()
+    // A plain loop: collecting `Result`s into a `SmallVec` costs more than
+    // the rest of planning an array.
+    let mut dims = SmallVec::new();
+    for &d in shape {
+        dims.push(npy_intp::try_from(d).map_err(|_| {
+            PyValueError::new_err(format!("shape {shape:?} is too large for numpy"))
+        })?);
+    }
+    Ok(dims)
 }
 
 thread_local! {
@@ -129,22 +130,17 @@ impl Arrays {
         Ok(self.planned.len() - 1)
     }
 
-    /// Plans an `int64` array of shape `shape` over the ints `each` gives
-    /// (copied into the call's buffer); `None`, planning nothing, if their
-    /// number is not the shape's.
-    pub(crate) fn add_ints(
-        &mut self,
-        shape: &[usize],
-        each: impl FnOnce(&mut dyn FnMut(i64)),
-    ) -> PyResult<Option<usize>> {
-        let dims = dims_of(shape)?;
+    /// Plans an `int64` array over the ints of `value` (an int, or
+    /// nested stacks of ints such as `env_index`), of its shape, copied
+    /// into the call's buffer; `None`, planning nothing, for any other
+    /// value (or a ragged one).
+    pub(crate) fn add_ints(&mut self, value: &NonTensor) -> PyResult<Option<usize>> {
+        let shape = value.shape();
+        let dims = dims_of(&shape)?;
         let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
         let start = self.buffer.len();
         self.buffer.reserve(numel.unwrap_or(0));
-        let buffer = &mut self.buffer;
-        // Two's complement bits: the buffer's words are the int64s.
-        each(&mut |v| buffer.push(v as u64));
-        if numel != Some(self.buffer.len() - start) {
+        if !push_ints(value, &mut self.buffer) || numel != Some(self.buffer.len() - start) {
             self.buffer.truncate(start);
             return Ok(None);
         }
@@ -165,17 +161,13 @@ impl Arrays {
         }
         LAST_WORDS.with(|last| last.set(self.buffer.len()));
         let base = self.buffer.as_mut_ptr().cast::<u8>();
-        let mut data = Vec::with_capacity(self.planned.len());
-        for planned in &self.planned {
-            data.push(match planned.place {
-                // `wrapping_add`: in bounds (the offset and size were
-                // reserved in the buffer), and no dereference here.
-                Place::Buffer(offset) => base.wrapping_add(offset),
-                // Unique from here on: no other tensor sees these bytes.
-                // Moving the tensor (into the owner) does not move them.
-                Place::Tensor(i) => self.tensors[i].bytes_mut().as_mut_ptr(),
-            });
-        }
+        // Unique from here on: no other tensor sees these bytes. Moving the
+        // tensors (into the owner) does not move them.
+        let own: SmallVec<[*mut u8; 4]> = self
+            .tensors
+            .iter_mut()
+            .map(|tensor| tensor.bytes_mut().as_mut_ptr())
+            .collect();
         let owner = Bound::new(
             py,
             Owner {
@@ -184,7 +176,13 @@ impl Arrays {
             },
         )?;
         let mut arrays = Vec::with_capacity(self.planned.len());
-        for (mut planned, data) in self.planned.into_iter().zip(data) {
+        for mut planned in self.planned {
+            let data = match planned.place {
+                // `wrapping_add`: in bounds (the offset and size were
+                // reserved in the buffer), and no dereference here.
+                Place::Buffer(offset) => base.wrapping_add(offset),
+                Place::Tensor(i) => own[i],
+            };
             let ndim = std::os::raw::c_int::try_from(planned.dims.len())
                 .map_err(|_| PyValueError::new_err("too many dims for numpy"))?;
             let descr = descr(py, planned.dtype);
@@ -225,6 +223,25 @@ impl Arrays {
             }
         }
         Ok(arrays)
+    }
+}
+
+/// Appends the ints of `value` to `out` (as their two's complement bits:
+/// the words are the `int64`s); `false` if it holds anything else.
+fn push_ints(value: &NonTensor, out: &mut Vec<u64>) -> bool {
+    match value {
+        NonTensor::Int(v) => {
+            out.push(*v as u64);
+            true
+        }
+        NonTensor::Stack(items) => items.iter().all(|item| match item {
+            NonTensor::Int(v) => {
+                out.push(*v as u64);
+                true
+            }
+            other => push_ints(other, out),
+        }),
+        _ => false,
     }
 }
 

@@ -296,7 +296,7 @@ fn plan<'py>(py: Python<'py>, td: &TensorDict, arrays: &mut Arrays) -> PyResult<
     for (name, entry) in td.iter() {
         let node = match entry {
             Entry::Tensor(tensor) => Node::Array(arrays.add(tensor)?),
-            Entry::NonTensor(value) => match int_array(value, arrays)? {
+            Entry::NonTensor(value) => match arrays.add_ints(value)? {
                 Some(i) => Node::Array(i),
                 None => Node::Value(non_tensor_to_py(py, value)?),
             },
@@ -344,32 +344,6 @@ fn key_string<'py>(py: Python<'py>, name: &str) -> Bound<'py, PyString> {
         }
         key
     })
-}
-
-/// Integers (such as `env_index`) planned as an `int64` array of the
-/// value's shape; `None` for other values.
-fn int_array(value: &NonTensor, arrays: &mut Arrays) -> PyResult<Option<usize>> {
-    if !all_ints(value) {
-        return Ok(None);
-    }
-    arrays.add_ints(&value.shape(), |push| for_ints(value, push))
-}
-
-/// Gives every int of `value` (all ints, see [`all_ints`]) in order.
-fn for_ints(value: &NonTensor, push: &mut dyn FnMut(i64)) {
-    match value {
-        NonTensor::Int(v) => push(*v),
-        NonTensor::Stack(items) => items.iter().for_each(|item| for_ints(item, push)),
-        _ => {}
-    }
-}
-
-fn all_ints(value: &NonTensor) -> bool {
-    match value {
-        NonTensor::Int(_) => true,
-        NonTensor::Stack(items) => items.iter().all(all_ints),
-        _ => false,
-    }
 }
 
 /// A non-tensor value as (nested) Python values.
