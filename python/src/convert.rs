@@ -9,6 +9,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
+use smallvec::SmallVec;
 use std::cell::RefCell;
 
 use crate::array::{self, Arrays};
@@ -272,16 +273,28 @@ fn cast<'py>(
         })
 }
 
-/// A tensordict as nested dicts of numpy arrays, all based on one owner
-/// of their elements (see [`Arrays`]): small entries are copied into one
-/// buffer, large ones keep their storage once `td` is dropped.
-pub(crate) fn td_to_py(py: Python<'_>, td: TensorDict) -> PyResult<Bound<'_, PyDict>> {
+/// Tensordicts as `rlpool.TensorDict`s of numpy arrays, all based on one
+/// owner of their elements (see [`Arrays`]: one allocation and one owner
+/// per call, however many tensordicts it returns): small entries are
+/// copied into one buffer, large ones keep their storage once `tds` are
+/// dropped.
+pub(crate) fn tds_to_tensordicts<'py>(
+    py: Python<'py>,
+    tds: Vec<TensorDict>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let mut arrays = Arrays::new();
-    let plan = plan(py, &td, &mut arrays)?;
-    // The arrays' large tensors are unique once `td` no longer holds them.
-    drop(td);
+    let mut plans = Vec::with_capacity(tds.len());
+    for td in &tds {
+        let batch = PyTuple::new(py, td.batch_size())?;
+        plans.push((plan(py, td, &mut arrays)?, batch));
+    }
+    // The arrays' large tensors are unique once `tds` no longer hold them.
+    drop(tds);
     let mut made = arrays.finish(py)?.into_iter().map(Some).collect::<Vec<_>>();
-    build(py, plan, &mut made)
+    plans
+        .into_iter()
+        .map(|(plan, batch)| wrap(py, build(py, plan, &mut made)?, batch))
+        .collect()
 }
 
 /// What a tensordict becomes, its arrays planned in [`Arrays`].
@@ -444,25 +457,48 @@ fn wrap<'py>(
     Ok(td)
 }
 
-/// A received batch as Python's `Batch`: an `rlpool.TensorDict` for a
-/// dense batch, an `rlpool.LazyStackedTensorDict` for a lazy one.
-pub(crate) fn batch_to_py(py: Python<'_>, batch: Batch) -> PyResult<Bound<'_, PyAny>> {
-    match batch.into_data() {
-        StackedTensorDict::Dense(td) => td_to_tensordict(py, td),
-        StackedTensorDict::Lazy(lazy) => {
-            let parts: Vec<Bound<'_, PyAny>> = lazy
-                .into_parts()
-                .into_iter()
-                .map(|part| td_to_tensordict(py, part))
-                .collect::<PyResult<_>>()?;
-            classes(py)?.lazy.bind(py).call1((PyList::new(py, parts)?,))
+/// Received batches as Python's `Batch`es, in order: an
+/// `rlpool.TensorDict` for a dense batch, an `rlpool.LazyStackedTensorDict`
+/// for a lazy one; all their arrays share one owner.
+pub(crate) fn batches_to_py<'py, const K: usize>(
+    py: Python<'py>,
+    batches: [Batch; K],
+) -> PyResult<SmallVec<[Bound<'py, PyAny>; 2]>> {
+    // `None`: a dense batch (one tensordict); `Some(n)`: a lazy one of `n`.
+    let mut kinds: SmallVec<[Option<usize>; 2]> = SmallVec::new();
+    let mut tds = Vec::with_capacity(K);
+    for batch in batches {
+        match batch.into_data() {
+            StackedTensorDict::Dense(td) => {
+                kinds.push(None);
+                tds.push(td);
+            }
+            StackedTensorDict::Lazy(lazy) => {
+                let parts = lazy.into_parts();
+                kinds.push(Some(parts.len()));
+                tds.extend(parts);
+            }
         }
     }
+    let mut made = tds_to_tensordicts(py, tds)?.into_iter();
+    let mut out = SmallVec::new();
+    for kind in kinds {
+        match kind {
+            None => out.push(made.next().ok_or_else(missing)?),
+            Some(n) => {
+                let parts = PyList::new(py, made.by_ref().take(n))?;
+                out.push(classes(py)?.lazy.bind(py).call1((parts,))?);
+            }
+        }
+    }
+    Ok(out)
 }
 
-/// One tensordict as an `rlpool.TensorDict`.
-pub(crate) fn td_to_tensordict(py: Python<'_>, td: TensorDict) -> PyResult<Bound<'_, PyAny>> {
-    let batch = PyTuple::new(py, td.batch_size())?;
-    let data = td_to_py(py, td)?;
-    wrap(py, data, batch)
+fn missing() -> PyErr {
+    pyo3::exceptions::PyRuntimeError::new_err("rlpool: a converted batch is missing")
+}
+
+/// A received batch as Python's `Batch` (see [`batches_to_py`]).
+pub(crate) fn batch_to_py(py: Python<'_>, batch: Batch) -> PyResult<Bound<'_, PyAny>> {
+    batches_to_py(py, [batch])?.pop().ok_or_else(missing)
 }

@@ -18,7 +18,7 @@ use pool::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PySequence, PyString, PyTuple};
 
-use crate::convert::{batch_to_py, td_from_py, td_to_tensordict, unwrap_td};
+use crate::convert::{batch_to_py, batches_to_py, td_from_py, tds_to_tensordicts, unwrap_td};
 use crate::errors::{invalid_argument, invalid_type, to_py, During};
 use crate::kwargs::to_kwargs;
 
@@ -540,21 +540,17 @@ impl Pool {
         match op {
             Op::Reset => {
                 let td = blocking(py, None, || self.pool.async_reset_recv_env(env, timeout))?;
-                td_to_tensordict(py, td)
+                one(tds_to_tensordicts(py, vec![td])?)
             }
             Op::Step => {
                 let td = blocking(py, None, || self.pool.async_step_recv_env(env, timeout))?;
-                td_to_tensordict(py, td)
+                one(tds_to_tensordicts(py, vec![td])?)
             }
             Op::StepAndMaybeReset => {
                 let (step, root) = blocking(py, None, || {
                     self.pool.async_step_and_maybe_reset_recv_env(env, timeout)
                 })?;
-                Ok(PyTuple::new(
-                    py,
-                    [td_to_tensordict(py, step)?, td_to_tensordict(py, root)?],
-                )?
-                .into_any())
+                Ok(PyTuple::new(py, tds_to_tensordicts(py, vec![step, root])?)?.into_any())
             }
         }
     }
@@ -615,9 +611,16 @@ impl Pool {
     }
 }
 
-/// `(result, next_root)` for Python.
+/// `(result, next_root)` for Python (their arrays share one owner).
 fn pair<'py>(py: Python<'py>, step: Batch, root: Batch) -> PyResult<Bound<'py, PyTuple>> {
-    PyTuple::new(py, [batch_to_py(py, step)?, batch_to_py(py, root)?])
+    PyTuple::new(py, batches_to_py(py, [step, root])?)
+}
+
+/// The one tensordict of a conversion.
+fn one(made: Vec<Bound<'_, PyAny>>) -> PyResult<Bound<'_, PyAny>> {
+    made.into_iter().next().ok_or_else(|| {
+        pyo3::exceptions::PyRuntimeError::new_err("rlpool: a converted result is missing")
+    })
 }
 
 /// An integer argument; one beyond 64 bits saturates (the pool's own checks
