@@ -220,20 +220,24 @@ fn tensor_from_py(
             .call1((array,))?
             .cast_into::<PyUntypedArray>()?;
     }
+    let mut descr = array.dtype();
+    let mut dtype = array::dtype_of(&descr);
     if let Some(wanted) = wanted {
-        if array::dtype_of(&array.dtype()) != Some(wanted) {
+        if dtype != Some(wanted) {
             match cast(py, &array, wanted, path) {
-                Ok(cast) => array = cast,
+                Ok(cast) => {
+                    array = cast;
+                    descr = array.dtype();
+                    dtype = array::dtype_of(&descr);
+                }
                 Err(err) => {
                     type_error.get_or_insert(err);
                 }
             }
         }
     }
-    let shape = array.shape().to_vec();
-    let descr = array.dtype();
-    match array::dtype_of(&descr) {
-        Some(dtype) => array::tensor_from_array(&array, dtype, &shape)
+    match dtype {
+        Some(dtype) => array::tensor_from_array(&array, dtype, array.shape())
             .map_err(|err| invalid_argument(py, format!("{}: {err}", where_(path)))),
         None => Err(invalid_type(
             py,
