@@ -68,7 +68,7 @@ pub(crate) struct Arrays {
     /// Small tensors' bytes, each at an 8-byte aligned offset.
     buffer: Vec<u64>,
     tensors: Vec<Tensor>,
-    planned: Vec<Planned>,
+    planned: SmallVec<[Planned; 16]>,
 }
 
 fn dims_of(shape: &[usize]) -> PyResult<SmallVec<[npy_intp; 4]>> {
@@ -94,7 +94,7 @@ impl Arrays {
         Arrays {
             buffer: Vec::with_capacity(LAST_WORDS.with(std::cell::Cell::get)),
             tensors: Vec::new(),
-            planned: Vec::with_capacity(8),
+            planned: SmallVec::new(),
         }
     }
 
