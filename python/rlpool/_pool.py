@@ -51,8 +51,9 @@ class AsyncEnvPool:
     ready (``async_step_recv``): at least ``min_get``, at most ``max_get``,
     within ``timeout`` seconds, or one given env's. Results are
     :class:`TensorDict`\\ s sorted by env, with an ``"env_index"`` entry; their
-    arrays are views of the pool's buffers (no copy), valid for as long as
-    you keep them.
+    arrays are the caller's own (one buffer per call; large entries handed
+    over without a copy), writable, valid and unchanged for as long as you
+    keep them.
 
     Every wait releases the GIL and answers Ctrl-C within 100 ms
     (``KeyboardInterrupt``; the results in flight stay for a later receive).

@@ -1,9 +1,9 @@
 """`TensorDict`: a nested mapping of numpy arrays that share a batch size.
 
-The pool's results come as `TensorDict`s whose arrays are views of the
-pool's own buffers, taken without a copy; the pool never touches a buffer
-again once an array over it has been handed out, so the arrays stay valid
-and unchanged after later calls, and they are writable
+The pool's results come as `TensorDict`s whose arrays are the caller's
+own: a call's small entries share one buffer allocated for it, large
+ones are handed over without a copy; the pool never touches them, so the
+arrays stay valid and unchanged after later calls, and they are writable
 (``torch.from_numpy`` takes them as they are).
 
 >>> import numpy as np

@@ -1,13 +1,16 @@
-//! Numpy arrays over tensors' storage, without a copy: the one module of
+//! Numpy arrays over the elements of a call's results: the one module of
 //! the bindings with `unsafe`.
 //!
-//! The tensors handed to Python by one call are first made the only
-//! owners of their bytes ([`Tensor::bytes_mut`] copies them if anything
-//! else shares them), then moved into one [`Owner`] that is the base
-//! object of every array over them: the bytes live as long as any of the
-//! arrays (or a view of one), nothing in Rust reads or writes them again,
-//! so the arrays can be writable (`torch.from_numpy` takes them without a
-//! copy or a warning).
+//! Every array a call hands to Python is based on one [`Owner`] of their
+//! elements: small entries (up to [`SMALL`] bytes, which is nearly all of
+//! them) are copied into one buffer of the call's own (one allocation
+//! for all, whatever storage the pool still shares); a large tensor is
+//! moved into the owner and made the only owner of its bytes
+//! ([`Tensor::bytes_mut`] copies them if the pool still shares them). The
+//! bytes live as long as any of the arrays (or a view of one), nothing in
+//! Rust reads or writes them again and no two arrays overlap, so the
+//! arrays can be writable (`torch.from_numpy` takes them without a copy or
+//! a warning) and stay unchanged by later calls.
 
 use std::ptr;
 

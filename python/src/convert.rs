@@ -1,6 +1,8 @@
 //! The one conversion layer between numpy and the Rust tensordict: nested
-//! dicts of arrays in, nested dicts of arrays out (views over the pool's
-//! buffers, see [`crate::array`]). Runs with the GIL, once per call.
+//! mappings of arrays (or `rlpool.TensorDict`s) in, `rlpool.TensorDict`s
+//! of arrays out, built here (no Python frame per result; the arrays'
+//! elements owned as [`crate::array`] says). Runs with the GIL, once per
+//! call.
 
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pool::tensordict::{DType, Entry, NonTensor, StackedTensorDict, Tensor, TensorDict};
