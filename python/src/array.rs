@@ -19,6 +19,7 @@ use numpy::{PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMet
 use pool::tensordict::{DType, NonTensor, Tensor, TensorDictError};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyType;
 use smallvec::SmallVec;
 
 /// Keeps the elements of a call's arrays alive: small ones copied into
@@ -34,6 +35,22 @@ pub(crate) struct Owner {
 /// buffer (one allocation for all of them, whatever their storage);
 /// larger ones keep their storage, copied only if it is shared.
 const SMALL: usize = 64 * 1024;
+
+/// A new instance of `ty` (a Python class whose `__new__` is
+/// `object.__new__`), its `__init__` not run and its slots unset: what
+/// `object.__new__(ty)` returns, without the call.
+pub(crate) fn alloc_instance<'py>(ty: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyAny>> {
+    let py = ty.py();
+    // SAFETY: `ty` is a valid, ready type object (a live class); its
+    // `tp_alloc` (inherited from `object` for a Python class) returns a new
+    // reference to a zeroed instance of `ty`, or null with an exception
+    // set, which `from_owned_ptr_or_err` turns into the error.
+    unsafe {
+        let tp = ty.as_type_ptr();
+        let alloc = (*tp).tp_alloc.unwrap_or(pyo3::ffi::PyType_GenericAlloc);
+        Bound::from_owned_ptr_or_err(py, alloc(tp, 0))
+    }
+}
 
 /// The numpy dtype of a tensor dtype.
 pub(crate) fn descr(py: Python<'_>, dtype: DType) -> Bound<'_, PyArrayDescr> {

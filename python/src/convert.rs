@@ -391,8 +391,6 @@ struct Classes {
     lazy: Py<PyType>,
     /// `collections.abc.Mapping`.
     mapping: Py<PyType>,
-    /// `object.__new__`: a `TensorDict` without running `__init__`.
-    new: Py<PyAny>,
 }
 
 fn classes(py: Python<'_>) -> PyResult<&Classes> {
@@ -412,10 +410,6 @@ fn classes(py: Python<'_>) -> PyResult<&Classes> {
                 .import("collections.abc")?
                 .getattr("Mapping")?
                 .cast_into::<PyType>()?
-                .unbind(),
-            new: py
-                .get_type::<pyo3::types::PyAny>()
-                .getattr("__new__")?
                 .unbind(),
         })
     })
@@ -457,7 +451,8 @@ fn wrap<'py>(
     batch: Bound<'py, PyTuple>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let classes = classes(py)?;
-    let td = classes.new.bind(py).call1((classes.tensordict.bind(py),))?;
+    // What `object.__new__` does, without its call and argument checks.
+    let td = array::alloc_instance(classes.tensordict.bind(py))?;
     td.setattr(intern!(py, "_data"), data)?;
     td.setattr(intern!(py, "_batch_size"), batch)?;
     Ok(td)
