@@ -41,23 +41,6 @@ Batch = Union[TensorDict, LazyStackedTensorDict]
 _RESET, _STEP, _STEP_AND_MAYBE_RESET = 0, 1, 2
 
 
-def _wrap(out: tuple[Any, tuple[int, ...]]) -> Batch:
-    data, batch_size = out
-    if isinstance(data, list):
-        return LazyStackedTensorDict([TensorDict._wrap(d, b) for d, b in data])
-    return TensorDict._wrap(data, batch_size)
-
-
-def _unwrap(td: TensorDictLike | None) -> tuple[Any, tuple[int, ...] | None]:
-    if td is None:
-        return None, None
-    if isinstance(td, TensorDict):
-        return td._data, td.batch_size
-    if isinstance(td, Mapping):
-        return td, None
-    raise InvalidType(f"expected a TensorDict or a dict of arrays, got {type(td).__name__}")
-
-
 class AsyncEnvPool:
     """A pool of environments stepped in worker threads or processes, with
     TorchRL's ``AsyncEnvPool`` calls.
@@ -68,8 +51,9 @@ class AsyncEnvPool:
     ready (``async_step_recv``): at least ``min_get``, at most ``max_get``,
     within ``timeout`` seconds, or one given env's. Results are
     :class:`TensorDict`\\ s sorted by env, with an ``"env_index"`` entry; their
-    arrays are views of the pool's buffers (no copy), valid for as long as
-    you keep them.
+    arrays are the caller's own (one buffer per call; large entries handed
+    over without a copy), writable, valid and unchanged for as long as you
+    keep them.
 
     Every wait releases the GIL and answers Ctrl-C within 100 ms
     (``KeyboardInterrupt``; the results in flight stay for a later receive).
@@ -267,46 +251,30 @@ class AsyncEnvPool:
     def reset(self, td: TensorDictLike | None = None) -> Batch:
         """Resets every env; ``td`` may carry state entries. Raises
         :class:`~rlpool.Busy` if an env is in flight."""
-        return _wrap(self._native.reset(*_unwrap(td)))
+        return self._native.reset(td)
 
     def step(self, td: TensorDictLike) -> Batch:
         """Steps every env with its row of ``td``: ``td``'s entries with the
         results under ``"next"`` and ``"env_index"``."""
-        return _wrap(self._native.step(*_unwrap(td)))
+        return self._native.step(td)
 
     def step_and_maybe_reset(self, td: TensorDictLike) -> tuple[Batch, Batch]:
         """Steps every env and resets those that are done: ``(result,
         next_root)``, ``next_root`` the next step's input (reset where
         done)."""
-        step, root = self._native.step_and_maybe_reset(*_unwrap(td))
-        return _wrap(step), _wrap(root)
+        return self._native.step_and_maybe_reset(td)
 
     # -- asynchronous calls ------------------------------------------------
 
-    def _send(
-        self, op: int, td: TensorDictLike | None, env_index: int | Sequence[int] | None
-    ) -> None:
-        # An int, a list or an integer array: the native side reads them all.
-        self._native.send(op, *_unwrap(td), env_index)
-
-    def _recv(
-        self,
-        op: int,
-        min_get: int,
-        env_index: int | None,
-        max_get: int | None,
-        timeout: float | None,
-    ) -> Any:
-        if env_index is not None:
-            return self._native.recv_env(op, int(env_index), timeout)
-        return self._native.recv(op, min_get, max_get, timeout)
+    def _recv_env(self, op: int, env_index: int, timeout: float | None) -> Any:
+        return self._native.recv_env(op, int(env_index), timeout)
 
     def async_reset_send(
         self, td: TensorDictLike | None = None, env_index: int | Sequence[int] | None = None
     ) -> None:
         """Sends a reset to the envs of ``env_index`` (an int, a list, or
         ``None``: the ``"env_index"`` entry of ``td``, or every env)."""
-        self._send(_RESET, td, env_index)
+        self._native.send(_RESET, td, env_index)
 
     def async_reset_recv(
         self,
@@ -317,7 +285,12 @@ class AsyncEnvPool:
         timeout: float | None = None,
     ) -> Batch:
         """Receives reset results (see :meth:`async_step_recv`)."""
-        return _wrap(self._recv(_RESET, min_get, env_index, max_get, timeout))
+        out: Batch = (
+            self._native.recv(_RESET, min_get, max_get, timeout)
+            if env_index is None
+            else self._recv_env(_RESET, env_index, timeout)
+        )
+        return out
 
     def async_step_send(
         self, td: TensorDictLike, env_index: int | Sequence[int] | None = None
@@ -328,7 +301,7 @@ class AsyncEnvPool:
         entry of ``td``, or every env if it has none). Raises
         :class:`~rlpool.Busy` naming envs whose previous result is still to be
         received."""
-        self._send(_STEP, td, env_index)
+        self._native.send(_STEP, td, env_index)
 
     def async_step_recv(
         self,
@@ -343,13 +316,18 @@ class AsyncEnvPool:
         ``"env_index"``; or env ``env_index``'s result alone. ``timeout``
         (seconds) bounds the whole call; ``0`` polls. On a timeout,
         :class:`~rlpool.Timeout` is raised and nothing is lost."""
-        return _wrap(self._recv(_STEP, min_get, env_index, max_get, timeout))
+        out: Batch = (
+            self._native.recv(_STEP, min_get, max_get, timeout)
+            if env_index is None
+            else self._recv_env(_STEP, env_index, timeout)
+        )
+        return out
 
     def async_step_and_maybe_reset_send(
         self, td: TensorDictLike, env_index: int | Sequence[int] | None = None
     ) -> None:
         """Sends the actions of ``td``, to step and reset where done."""
-        self._send(_STEP_AND_MAYBE_RESET, td, env_index)
+        self._native.send(_STEP_AND_MAYBE_RESET, td, env_index)
 
     def async_step_and_maybe_reset_recv(
         self,
@@ -361,8 +339,12 @@ class AsyncEnvPool:
     ) -> tuple[Batch, Batch]:
         """Receives ``(result, next_root)`` pairs (see
         :meth:`async_step_recv`)."""
-        step, root = self._recv(_STEP_AND_MAYBE_RESET, min_get, env_index, max_get, timeout)
-        return _wrap(step), _wrap(root)
+        out: tuple[Batch, Batch] = (
+            self._native.recv(_STEP_AND_MAYBE_RESET, min_get, max_get, timeout)
+            if env_index is None
+            else self._recv_env(_STEP_AND_MAYBE_RESET, env_index, timeout)
+        )
+        return out
 
     # -- the rest ----------------------------------------------------------
 

@@ -1,9 +1,9 @@
 """`TensorDict`: a nested mapping of numpy arrays that share a batch size.
 
-The pool's results come as `TensorDict`s whose arrays are views of the
-pool's own buffers, taken without a copy; the pool never touches a buffer
-again once an array over it has been handed out, so the arrays stay valid
-and unchanged after later calls, and they are writable
+The pool's results come as `TensorDict`s whose arrays are the caller's
+own: a call's small entries share one buffer allocated for it, large
+ones are handed over without a copy; the pool never touches them, so the
+arrays stay valid and unchanged after later calls, and they are writable
 (``torch.from_numpy`` takes them as they are).
 
 >>> import numpy as np
@@ -31,6 +31,8 @@ NestedKey = Union[str, tuple[str, ...]]
 """A key: a string, or a tuple of strings for a nested entry."""
 
 Value = Union[npt.NDArray[Any], "TensorDict"]
+
+_MISSING: Any = object()
 
 
 def _path(key: NestedKey) -> tuple[str, ...]:
@@ -114,6 +116,11 @@ class TensorDict:
     def __getitem__(self, key: Any) -> Any:
         """An entry (``td["obs"]``, ``td["next", "obs"]``), or the rows
         selected by an int, a slice or an index array."""
+        if type(key) is str:
+            # The common case first: a top-level key, one dict lookup.
+            value = self._data.get(key, _MISSING)
+            if value is not _MISSING and type(value) is not dict:
+                return value
         if isinstance(key, (str, tuple)) and not (
             isinstance(key, tuple) and any(not isinstance(k, str) for k in key)
         ):

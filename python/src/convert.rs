@@ -1,13 +1,16 @@
 //! The one conversion layer between numpy and the Rust tensordict: nested
-//! dicts of arrays in, nested dicts of arrays out (views over the pool's
-//! buffers, see [`crate::array`]). Runs with the GIL, once per call.
+//! mappings of arrays (or `rlpool.TensorDict`s) in, `rlpool.TensorDict`s
+//! of arrays out, built here (no Python frame per result; the arrays'
+//! elements owned as [`crate::array`] says). Runs with the GIL, once per
+//! call.
 
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pool::tensordict::{DType, Entry, NonTensor, StackedTensorDict, Tensor, TensorDict};
 use pool::Batch;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 use smallvec::SmallVec;
 use std::cell::RefCell;
 
@@ -219,20 +222,24 @@ fn tensor_from_py(
             .call1((array,))?
             .cast_into::<PyUntypedArray>()?;
     }
+    let mut descr = array.dtype();
+    let mut dtype = array::dtype_of(&descr);
     if let Some(wanted) = wanted {
-        if array::dtype_of(&array.dtype()) != Some(wanted) {
+        if dtype != Some(wanted) {
             match cast(py, &array, wanted, path) {
-                Ok(cast) => array = cast,
+                Ok(cast) => {
+                    array = cast;
+                    descr = array.dtype();
+                    dtype = array::dtype_of(&descr);
+                }
                 Err(err) => {
                     type_error.get_or_insert(err);
                 }
             }
         }
     }
-    let shape = array.shape().to_vec();
-    let descr = array.dtype();
-    match array::dtype_of(&descr) {
-        Some(dtype) => array::tensor_from_array(&array, dtype, &shape)
+    match dtype {
+        Some(dtype) => array::tensor_from_array(&array, dtype, array.shape())
             .map_err(|err| invalid_argument(py, format!("{}: {err}", where_(path)))),
         None => Err(invalid_type(
             py,
@@ -272,13 +279,28 @@ fn cast<'py>(
         })
 }
 
-/// A tensordict as nested dicts of numpy arrays (moved out: the arrays own
-/// the tensors' storage, through one owner per call).
-pub(crate) fn td_to_py(py: Python<'_>, td: TensorDict) -> PyResult<Bound<'_, PyDict>> {
+/// Tensordicts as `rlpool.TensorDict`s of numpy arrays, all based on one
+/// owner of their elements (see [`Arrays`]: one allocation and one owner
+/// per call, however many tensordicts it returns): small entries are
+/// copied into one buffer, large ones keep their storage once `tds` are
+/// dropped.
+pub(crate) fn tds_to_tensordicts<'py>(
+    py: Python<'py>,
+    tds: Vec<TensorDict>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let mut arrays = Arrays::new();
-    let plan = plan(py, td, &mut arrays)?;
+    let mut plans = Vec::with_capacity(tds.len());
+    for td in &tds {
+        let batch = PyTuple::new(py, td.batch_size())?;
+        plans.push((plan(py, td, &mut arrays)?, batch));
+    }
+    // The arrays' large tensors are unique once `tds` no longer hold them.
+    drop(tds);
     let mut made = arrays.finish(py)?.into_iter().map(Some).collect::<Vec<_>>();
-    build(py, plan, &mut made)
+    plans
+        .into_iter()
+        .map(|(plan, batch)| wrap(py, build(py, plan, &mut made)?, batch))
+        .collect()
 }
 
 /// What a tensordict becomes, its arrays planned in [`Arrays`].
@@ -288,20 +310,18 @@ enum Node<'py> {
     Dict(Vec<(Bound<'py, PyString>, Node<'py>)>),
 }
 
-fn plan<'py>(py: Python<'py>, mut td: TensorDict, arrays: &mut Arrays) -> PyResult<Node<'py>> {
-    let names: SmallVec<[String; 8]> = td.iter().map(|(name, _)| name.to_string()).collect();
-    let mut entries = Vec::with_capacity(names.len());
-    for name in names {
-        let node = match td.remove(name.as_str()) {
-            Some(Entry::Tensor(tensor)) => Node::Array(arrays.add(tensor)?),
-            Some(Entry::NonTensor(value)) => match int_tensor(&value) {
-                Some(tensor) => Node::Array(arrays.add(tensor)?),
-                None => Node::Value(non_tensor_to_py(py, &value)?),
+fn plan<'py>(py: Python<'py>, td: &TensorDict, arrays: &mut Arrays) -> PyResult<Node<'py>> {
+    let mut entries = Vec::with_capacity(td.len());
+    for (name, entry) in td.iter() {
+        let node = match entry {
+            Entry::Tensor(tensor) => Node::Array(arrays.add(tensor)?),
+            Entry::NonTensor(value) => match arrays.add_ints(value)? {
+                Some(i) => Node::Array(i),
+                None => Node::Value(non_tensor_to_py(py, value)?),
             },
-            Some(Entry::Dict(sub)) => plan(py, sub, arrays)?,
-            None => continue,
+            Entry::Dict(sub) => plan(py, sub, arrays)?,
         };
-        entries.push((key_string(py, &name), node));
+        entries.push((key_string(py, name), node));
     }
     Ok(Node::Dict(entries))
 }
@@ -345,17 +365,6 @@ fn key_string<'py>(py: Python<'py>, name: &str) -> Bound<'py, PyString> {
     })
 }
 
-/// Integers (such as `env_index`) as an `int64` tensor of the value's
-/// shape; `None` for other values.
-fn int_tensor(value: &NonTensor) -> Option<Tensor> {
-    let mut ints = Vec::new();
-    if collect_ints(value, &mut ints) {
-        Tensor::from_vec(&value.shape(), ints).ok()
-    } else {
-        None
-    }
-}
-
 /// A non-tensor value as (nested) Python values.
 fn non_tensor_to_py<'py>(py: Python<'py>, value: &NonTensor) -> PyResult<Bound<'py, PyAny>> {
     Ok(match value {
@@ -373,43 +382,124 @@ fn non_tensor_to_py<'py>(py: Python<'py>, value: &NonTensor) -> PyResult<Bound<'
     })
 }
 
-fn collect_ints(value: &NonTensor, out: &mut Vec<i64>) -> bool {
-    match value {
-        NonTensor::Int(v) => {
-            out.push(*v);
-            true
-        }
-        NonTensor::Stack(items) => items.iter().all(|item| collect_ints(item, out)),
-        _ => false,
-    }
+/// The Python classes results are made of and inputs are checked against,
+/// looked up once.
+struct Classes {
+    /// `rlpool.TensorDict`.
+    tensordict: Py<PyType>,
+    /// `rlpool.LazyStackedTensorDict`.
+    lazy: Py<PyType>,
+    /// `collections.abc.Mapping`.
+    mapping: Py<PyType>,
 }
 
-/// A received batch as `(data, batch_size)`: `data` a dict for a dense
-/// batch, a list of `(dict, batch_size)` for a lazy one.
-pub(crate) fn batch_to_py(py: Python<'_>, batch: Batch) -> PyResult<Bound<'_, PyTuple>> {
-    match batch.into_data() {
-        StackedTensorDict::Dense(td) => td_with_batch(py, td),
-        StackedTensorDict::Lazy(lazy) => {
-            let batch = lazy.batch_size();
-            let parts: Vec<Bound<'_, PyTuple>> = lazy
-                .into_parts()
-                .into_iter()
-                .map(|part| td_with_batch(py, part))
-                .collect::<PyResult<_>>()?;
-            PyTuple::new(
-                py,
-                [
-                    PyList::new(py, parts)?.into_any(),
-                    PyTuple::new(py, batch)?.into_any(),
-                ],
-            )
-        }
-    }
+fn classes(py: Python<'_>) -> PyResult<&Classes> {
+    static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
+    CLASSES.get_or_try_init(py, || {
+        let module = py.import("rlpool._tensordict")?;
+        Ok::<_, PyErr>(Classes {
+            tensordict: module
+                .getattr("TensorDict")?
+                .cast_into::<PyType>()?
+                .unbind(),
+            lazy: module
+                .getattr("LazyStackedTensorDict")?
+                .cast_into::<PyType>()?
+                .unbind(),
+            mapping: py
+                .import("collections.abc")?
+                .getattr("Mapping")?
+                .cast_into::<PyType>()?
+                .unbind(),
+        })
+    })
 }
 
-/// One tensordict as `(dict, batch_size)`.
-pub(crate) fn td_with_batch(py: Python<'_>, td: TensorDict) -> PyResult<Bound<'_, PyTuple>> {
-    let batch = PyTuple::new(py, td.batch_size())?;
-    let data = td_to_py(py, td)?;
-    PyTuple::new(py, [data.into_any(), batch.into_any()])
+/// An input as the conversion takes it: a dict (or other mapping) of
+/// arrays, and the batch size of an `rlpool.TensorDict` (`None` for a
+/// plain mapping: the call's own batch size applies). Anything else is an
+/// `InvalidType`.
+pub(crate) fn unwrap_td<'py>(
+    py: Python<'py>,
+    td: Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyAny>, Option<Vec<usize>>)> {
+    if td.is_instance_of::<PyDict>() {
+        return Ok((td, None));
+    }
+    let classes = classes(py)?;
+    if td.is_instance(classes.tensordict.bind(py))? {
+        let data = td.getattr(intern!(py, "_data"))?;
+        let batch = td.getattr(intern!(py, "_batch_size"))?.extract()?;
+        return Ok((data, Some(batch)));
+    }
+    if td.is_instance(classes.mapping.bind(py))? {
+        return Ok((td, None));
+    }
+    Err(invalid_type(
+        py,
+        format!(
+            "expected a TensorDict or a dict of arrays, got {}",
+            type_name(&td)
+        ),
+    ))
+}
+
+/// An `rlpool.TensorDict` over `data` (nested dicts of arrays), unchecked.
+fn wrap<'py>(
+    py: Python<'py>,
+    data: Bound<'py, PyDict>,
+    batch: Bound<'py, PyTuple>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let classes = classes(py)?;
+    // What `object.__new__` does, without its call and argument checks.
+    let td = array::alloc_instance(classes.tensordict.bind(py))?;
+    td.setattr(intern!(py, "_data"), data)?;
+    td.setattr(intern!(py, "_batch_size"), batch)?;
+    Ok(td)
+}
+
+/// Received batches as Python's `Batch`es, in order: an
+/// `rlpool.TensorDict` for a dense batch, an `rlpool.LazyStackedTensorDict`
+/// for a lazy one; all their arrays share one owner.
+pub(crate) fn batches_to_py<'py, const K: usize>(
+    py: Python<'py>,
+    batches: [Batch; K],
+) -> PyResult<SmallVec<[Bound<'py, PyAny>; 2]>> {
+    // `None`: a dense batch (one tensordict); `Some(n)`: a lazy one of `n`.
+    let mut kinds: SmallVec<[Option<usize>; 2]> = SmallVec::new();
+    let mut tds = Vec::with_capacity(K);
+    for batch in batches {
+        match batch.into_data() {
+            StackedTensorDict::Dense(td) => {
+                kinds.push(None);
+                tds.push(td);
+            }
+            StackedTensorDict::Lazy(lazy) => {
+                let parts = lazy.into_parts();
+                kinds.push(Some(parts.len()));
+                tds.extend(parts);
+            }
+        }
+    }
+    let mut made = tds_to_tensordicts(py, tds)?.into_iter();
+    let mut out = SmallVec::new();
+    for kind in kinds {
+        match kind {
+            None => out.push(made.next().ok_or_else(missing)?),
+            Some(n) => {
+                let parts = PyList::new(py, made.by_ref().take(n))?;
+                out.push(classes(py)?.lazy.bind(py).call1((parts,))?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn missing() -> PyErr {
+    pyo3::exceptions::PyRuntimeError::new_err("rlpool: a converted batch is missing")
+}
+
+/// A received batch as Python's `Batch` (see [`batches_to_py`]).
+pub(crate) fn batch_to_py(py: Python<'_>, batch: Batch) -> PyResult<Bound<'_, PyAny>> {
+    batches_to_py(py, [batch])?.pop().ok_or_else(missing)
 }

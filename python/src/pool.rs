@@ -18,7 +18,7 @@ use pool::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PySequence, PyString, PyTuple};
 
-use crate::convert::{batch_to_py, td_from_py, td_with_batch};
+use crate::convert::{batch_to_py, batches_to_py, td_from_py, tds_to_tensordicts, unwrap_td};
 use crate::errors::{invalid_argument, invalid_type, to_py, During};
 use crate::kwargs::to_kwargs;
 
@@ -320,16 +320,17 @@ impl Pool {
         Ok(dict)
     }
 
-    /// Resets every env.
-    #[pyo3(signature = (td, batch))]
+    /// Resets every env (`td`: a `TensorDict` or a mapping of state
+    /// entries, or `None`).
+    #[pyo3(signature = (td))]
     fn reset<'py>(
         &self,
         py: Python<'py>,
         td: Option<Bound<'py, PyAny>>,
-        batch: Option<Vec<usize>>,
-    ) -> PyResult<Bound<'py, PyTuple>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let td = td
             .map(|td| {
+                let (td, batch) = unwrap_td(py, td)?;
                 td_from_py(
                     py,
                     &td,
@@ -344,12 +345,8 @@ impl Pool {
     }
 
     /// Steps every env.
-    fn step<'py>(
-        &self,
-        py: Python<'py>,
-        td: Bound<'py, PyAny>,
-        batch: Option<Vec<usize>>,
-    ) -> PyResult<Bound<'py, PyTuple>> {
+    fn step<'py>(&self, py: Python<'py>, td: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let (td, batch) = unwrap_td(py, td)?;
         let td = td_from_py(
             py,
             &td,
@@ -365,8 +362,8 @@ impl Pool {
         &self,
         py: Python<'py>,
         td: Bound<'py, PyAny>,
-        batch: Option<Vec<usize>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
+        let (td, batch) = unwrap_td(py, td)?;
         let td = td_from_py(
             py,
             &td,
@@ -379,15 +376,21 @@ impl Pool {
 
     /// Sends `op` to the envs of `target`: an int (one env), a list, or
     /// `None` (the td's `"env_index"`, else every env).
-    #[pyo3(signature = (op, td, batch, target))]
+    #[pyo3(signature = (op, td, target))]
     fn send<'py>(
         &self,
         py: Python<'py>,
         op: u8,
         td: Option<Bound<'py, PyAny>>,
-        batch: Option<Vec<usize>>,
         target: Option<Bound<'py, PyAny>>,
     ) -> PyResult<()> {
+        let (td, batch) = match td {
+            None => (None, None),
+            Some(td) => {
+                let (td, batch) = unwrap_td(py, td)?;
+                (Some(td), batch)
+            }
+        };
         let op = op_of(py, op)?;
         let (target, rows) = match &target {
             None => match &td {
@@ -485,7 +488,7 @@ impl Pool {
         min_get: Bound<'py, PyAny>,
         max_get: Option<Bound<'py, PyAny>>,
         timeout: Option<f64>,
-    ) -> PyResult<Bound<'py, PyTuple>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let op = op_of(py, op)?;
         let min_get = int_arg(py, "min_get", &min_get)?;
         let max_get = max_get.map(|m| int_arg(py, "max_get", &m)).transpose()?;
@@ -517,7 +520,7 @@ impl Pool {
             Op::StepAndMaybeReset => {
                 let (step, root) =
                     blocking(py, None, || self.pool.async_step_and_maybe_reset_recv(recv))?;
-                pair(py, step, root)
+                Ok(pair(py, step, root)?.into_any())
             }
         }
     }
@@ -530,24 +533,24 @@ impl Pool {
         op: u8,
         env: Bound<'py, PyAny>,
         timeout: Option<f64>,
-    ) -> PyResult<Bound<'py, PyTuple>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let op = op_of(py, op)?;
         let env = self.env_of(py, &env)?;
         let timeout = timeout_of(py, timeout)?;
         match op {
             Op::Reset => {
                 let td = blocking(py, None, || self.pool.async_reset_recv_env(env, timeout))?;
-                td_with_batch(py, td)
+                one(tds_to_tensordicts(py, vec![td])?)
             }
             Op::Step => {
                 let td = blocking(py, None, || self.pool.async_step_recv_env(env, timeout))?;
-                td_with_batch(py, td)
+                one(tds_to_tensordicts(py, vec![td])?)
             }
             Op::StepAndMaybeReset => {
                 let (step, root) = blocking(py, None, || {
                     self.pool.async_step_and_maybe_reset_recv_env(env, timeout)
                 })?;
-                PyTuple::new(py, [td_with_batch(py, step)?, td_with_batch(py, root)?])
+                Ok(PyTuple::new(py, tds_to_tensordicts(py, vec![step, root])?)?.into_any())
             }
         }
     }
@@ -608,9 +611,16 @@ impl Pool {
     }
 }
 
-/// `(result, next_root)` for Python.
+/// `(result, next_root)` for Python (their arrays share one owner).
 fn pair<'py>(py: Python<'py>, step: Batch, root: Batch) -> PyResult<Bound<'py, PyTuple>> {
-    PyTuple::new(py, [batch_to_py(py, step)?, batch_to_py(py, root)?])
+    PyTuple::new(py, batches_to_py(py, [step, root])?)
+}
+
+/// The one tensordict of a conversion.
+fn one(made: Vec<Bound<'_, PyAny>>) -> PyResult<Bound<'_, PyAny>> {
+    made.into_iter().next().ok_or_else(|| {
+        pyo3::exceptions::PyRuntimeError::new_err("rlpool: a converted result is missing")
+    })
 }
 
 /// An integer argument; one beyond 64 bits saturates (the pool's own checks
@@ -662,6 +672,15 @@ fn int_like(value: &Bound<'_, PyAny>) -> bool {
 
 /// The values of an integer numpy array (any shape), read directly.
 fn int_array(value: &Bound<'_, PyAny>) -> Option<Vec<i64>> {
+    // The common case (an `env_index` array) read raw; the rest (other
+    // strides or byte orders) through numpy's checked views.
+    if let Some(ints) = value
+        .cast::<PyUntypedArray>()
+        .ok()
+        .and_then(|array| crate::array::read_ints(array))
+    {
+        return Some(ints);
+    }
     if let Ok(array) = value.cast::<PyArrayDyn<i64>>() {
         return Some(array.readonly().as_array().iter().copied().collect());
     }

@@ -172,3 +172,31 @@ def test_results_outlive_the_pool(config, stack):
     assert item(single, ("next", "observation")) == 6
     for _key, array in leaves(out):
         array[...] = array  # Still writable memory.
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_large_results_are_writable_and_kept(make_pool, stack):
+    """Entries above the bindings' small-copy threshold (64 KiB) keep their
+    own storage instead of a copy into the call's buffer: the same
+    guarantees hold (writable, unaliased, unchanged by later calls)."""
+    obs_dim = 40_000  # 160 KB per env, 640 KB per batch of 4
+    pool = make_pool(
+        ["LatencyEnv"] * 4,
+        stack=stack,
+        create_env_kwargs={"step_us": 0, "obs_dim": obs_dim},
+    )
+    first = pool.reset()
+    copies = snapshot(first)
+    second = pool.step({"action": np.zeros((4, 1), dtype=np.int64)})
+    third = pool.step({"action": np.zeros((4, 1), dtype=np.int64)})
+    for result in (first, second, third):
+        for key, array in leaves(result):
+            assert array.flags.writeable, key
+    for _key, array in leaves(second):
+        array[...] = 0 if array.dtype != np.bool_ else False
+    assert_unchanged(first, copies, "after two steps and writes into the second")
+    big = [a for _, a in leaves(third) if a.nbytes >= 64 * 1024]
+    assert big or stack != "dense"
+    others = [a for _, a in leaves(first)] + [a for _, a in leaves(second)]
+    for array in big:
+        assert not any(np.shares_memory(array, o) for o in others)
