@@ -1,5 +1,5 @@
-"""The arrays of results: numpy arrays that are views of the pool's storage
-(no copy: ``arr.base`` is set, two reads share memory), writable, never
+"""The arrays of results: numpy arrays over memory the result owns
+(``arr.base`` is set, two reads share memory), writable, never
 aliased by another result, and unchanged by later calls, by writes into
 other results, and by the pool's shutdown. On every configuration and
 stacking mode."""
@@ -58,8 +58,8 @@ def assert_unchanged(result, copies, what):
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_results_are_writable_views(make_pool, stack):
-    """A result's arrays are numpy arrays over the pool's storage (a base,
-    no copy: reading an entry twice gives views of the same memory), and
+    """A result's arrays are numpy arrays over the result's own memory (a
+    base; reading an entry twice gives views of the same memory), and
     writable; no array of one result shares memory with another result's."""
     pool = make_pool(["CountingEnv"] * 3, stack=stack, create_env_kwargs={"max_steps": 1000})
     root = pool.reset()
