@@ -135,7 +135,7 @@ impl Arrays {
         let place = if bytes.len() <= SMALL {
             let offset = self.grow(bytes.len());
             let words: &mut [u64] = &mut self.buffer;
-            let dst: &mut [u8] = bytemuck_bytes(words);
+            let dst: &mut [u8] = bytemuck::cast_slice_mut(words);
             dst[offset..offset + bytes.len()].copy_from_slice(bytes);
             Place::Buffer(offset)
         } else {
@@ -265,15 +265,6 @@ fn push_ints(value: &NonTensor, out: &mut Vec<u64>) -> bool {
     }
 }
 
-/// The bytes of a slice of words.
-fn bytemuck_bytes(words: &mut [u64]) -> &mut [u8] {
-    let len = words.len() * 8;
-    // SAFETY: `u8` has no alignment requirement and every bit pattern is
-    // valid for both types; the byte slice covers exactly the words' memory
-    // and borrows them mutably for its lifetime.
-    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), len) }
-}
-
 /// A dtype's numpy name.
 pub(crate) fn numpy_name(dtype: DType) -> &'static str {
     match dtype {
@@ -339,12 +330,12 @@ pub(crate) fn read_ints(array: &Bound<'_, PyUntypedArray>) -> Option<Vec<i64>> {
     match dtype_of(&array.dtype())? {
         DType::I64 => {
             let mut out = vec![0i64; len];
-            copy_elements(array, bytemuck_bytes_i64(&mut out));
+            copy_elements(array, bytemuck::cast_slice_mut(&mut out));
             Some(out)
         }
         DType::I32 => {
             let mut out = vec![0u64; len.div_ceil(2)];
-            let bytes = &mut bytemuck_bytes(&mut out)[..len * 4];
+            let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut out)[..len * 4];
             copy_elements(array, bytes);
             Some(
                 bytes
@@ -376,13 +367,4 @@ fn copy_elements(array: &Bound<'_, PyUntypedArray>, dst: &mut [u8]) {
             .cast::<u8>();
         ptr::copy_nonoverlapping(data, dst.as_mut_ptr(), dst.len());
     }
-}
-
-/// The bytes of a slice of `i64`s.
-fn bytemuck_bytes_i64(values: &mut [i64]) -> &mut [u8] {
-    let len = values.len() * 8;
-    // SAFETY: `u8` has no alignment requirement and every bit pattern is
-    // valid for both types; the byte slice covers exactly the values'
-    // memory and borrows them mutably for its lifetime.
-    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), len) }
 }
