@@ -18,8 +18,10 @@
 //!    sets `PYO3_PYTHON`) than under `cargo clippy` and `cargo doc`, so each
 //!    side recompiles PyO3 after the other ran (about 10 s in all).
 //! 3. `ruff check` and `ruff format --check` of `python/`, `mypy` (strict, on
-//!    `python/rlpool`, as `pyproject.toml` says), and `pytest` (`python/tests`,
-//!    each test under pytest-timeout, so that a hang fails).
+//!    `python/rlpool`, as `pyproject.toml` says), the examples of the
+//!    installed package's docstrings (`pytest --doctest-modules --pyargs
+//!    rlpool`), and `pytest` (`python/tests`, each test under
+//!    pytest-timeout, so that a hang fails).
 //!
 //! Nothing is written to the source tree: no bytecode
 //! (`PYTHONDONTWRITEBYTECODE`), no pytest cache (`-p no:cacheprovider`), and
@@ -240,6 +242,24 @@ fn check(pytest_args: &[String]) -> Result<(), String> {
         .args(["-m", "mypy"])
         .env("MYPY_CACHE_DIR", caches.join("mypy-cache"));
     step("mypy (strict, python/rlpool)", types)?;
+
+    // The examples in the installed package's docstrings (each public
+    // module has one), run where a user's import finds them.
+    let mut examples = in_venv(venv_bin("python"));
+    examples.args([
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--doctest-modules",
+        "--pyargs",
+        "rlpool",
+    ]);
+    step(
+        "pytest --doctest-modules (the package's examples)",
+        examples,
+    )?;
 
     let mut tests = in_venv(venv_bin("python"));
     tests
