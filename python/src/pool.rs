@@ -698,6 +698,10 @@ fn int_array(value: &Bound<'_, PyAny>) -> Option<Vec<i64>> {
 }
 
 fn has_env_index(td: &Bound<'_, PyAny>) -> bool {
+    if let Ok(dict) = td.cast::<PyDict>() {
+        // A plain dict: no attribute lookup (a failed one formats an error).
+        return dict.contains("env_index").unwrap_or(false);
+    }
     td.contains("env_index").unwrap_or(false)
         || td
             .getattr("_data")
