@@ -28,6 +28,7 @@ array([False])
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Union
 
@@ -111,7 +112,7 @@ def _fmt_array(array: Array) -> str:
     return np.array2string(array, separator=", ", threshold=8)
 
 
-class TensorSpec:
+class TensorSpec(ABC):
     """The base class of every spec: a ``shape``, a ``dtype`` (``None`` for
     non-tensor, composite and stacked specs) and a domain.
 
@@ -137,20 +138,20 @@ class TensorSpec:
         and stacked specs."""
         return None
 
+    @abstractmethod
     def rand(self, rng: np.random.Generator | None = None) -> Any:
         """A random value in the spec, drawn from ``rng`` (a fresh
         ``np.random.default_rng()`` when ``None``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def zero(self) -> Any:
         """A value of zeros (``False``) of the spec's shape and dtype; it is
         not in a bounded spec whose bounds exclude 0, nor in a one-hot
         spec."""
-        raise NotImplementedError
 
+    @abstractmethod
     def is_in(self, value: Any) -> bool:
         """True if ``value`` is in the spec."""
-        raise NotImplementedError
 
     def _fields(self) -> list[tuple[str, Any]]:
         return [("shape", self._shape)]
@@ -197,8 +198,9 @@ class _Leaf(TensorSpec):
         value = self._draw(_rng(rng))
         return np.asarray(value, dtype=self._dtype).reshape(self._shape)
 
+    @abstractmethod
     def _draw(self, rng: np.random.Generator) -> Any:
-        raise NotImplementedError
+        """Values for :meth:`rand`, before the cast to the dtype and shape."""
 
     def zero(self) -> Array:
         """An array of zeros (``False``) of the spec's shape and dtype."""

@@ -144,7 +144,8 @@ fn tuple_key(path: &[String]) -> String {
     format!("({})", parts.join(", "))
 }
 
-fn type_name(value: &Bound<'_, PyAny>) -> String {
+/// The name of a value's type, for messages.
+pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
     value
         .get_type()
         .name()

@@ -2,31 +2,35 @@
 //! [`Kwargs`].
 
 use pool::envs::{KwValue, Kwargs};
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+
+use crate::convert::type_name;
+use crate::errors::invalid_type;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-/// Converts a dict of keyword arguments; a value of a type the registry
-/// cannot carry is a `TypeError` naming its key (and `env`'s index).
-pub(crate) fn to_kwargs(dict: Option<&Bound<'_, PyDict>>, env: usize) -> PyResult<Kwargs> {
+/// Converts a dict of keyword arguments; a key that is not a string or a
+/// value of a type the registry cannot carry is an `InvalidType` naming
+/// the key, after `what` (whose kwargs they are).
+pub(crate) fn to_kwargs(dict: Option<&Bound<'_, PyDict>>, what: &str) -> PyResult<Kwargs> {
     let mut kwargs = Kwargs::new();
     let Some(dict) = dict else {
         return Ok(kwargs);
     };
     for (key, value) in dict.iter() {
         let key: String = key.extract().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "create_env_kwargs of env {env}: keys must be strings, got {}",
-                key.get_type()
-                    .name()
-                    .map_or_else(|_| "?".into(), |n| n.to_string())
-            ))
+            invalid_type(
+                dict.py(),
+                format!("{what}: keys must be strings, got {}", type_name(&key)),
+            )
         })?;
         let value = to_value(&value).map_err(|found| {
-            PyTypeError::new_err(format!(
-                "create_env_kwargs of env {env}: `{key}` is {found}; an env takes str, int, \
-                 float, bool or a list of them"
-            ))
+            invalid_type(
+                dict.py(),
+                format!(
+                    "{what}: `{key}` is {found}; an env takes str, int, float, bool or a \
+                     list of them"
+                ),
+            )
         })?;
         kwargs.set(key, value);
     }
@@ -72,11 +76,5 @@ fn to_value(value: &Bound<'_, PyAny>) -> Result<KwValue, String> {
     if let Ok(v) = value.extract::<f64>() {
         return Ok(KwValue::Float(v));
     }
-    Err(format!(
-        "of type {}",
-        value
-            .get_type()
-            .name()
-            .map_or_else(|_| "?".into(), |n| n.to_string())
-    ))
+    Err(format!("of type {}", type_name(value)))
 }

@@ -18,7 +18,9 @@ use pool::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PySequence, PyString, PyTuple};
 
-use crate::convert::{batch_to_py, batches_to_py, td_from_py, tds_to_tensordicts, unwrap_td};
+use crate::convert::{
+    batch_to_py, batches_to_py, td_from_py, tds_to_tensordicts, type_name, unwrap_td,
+};
 use crate::errors::{invalid_argument, invalid_type, to_py, During};
 use crate::kwargs::to_kwargs;
 
@@ -140,7 +142,8 @@ impl Pool {
         }
         let mut builder = AsyncEnvPool::builder();
         for (env, (name, kwargs)) in names.iter().zip(&kwargs).enumerate() {
-            let kwargs: Kwargs = to_kwargs(kwargs.as_ref(), env)?;
+            let kwargs: Kwargs =
+                to_kwargs(kwargs.as_ref(), &format!("create_env_kwargs of env {env}"))?;
             builder = builder.maker(EnvMaker::registry(name.clone(), kwargs));
         }
         let stack_mode = match stack {
@@ -307,17 +310,16 @@ impl Pool {
 
     /// The pool's five full specs, described.
     fn specs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let dict = PyDict::new(py);
-        for (name, spec) in [
-            ("full_action_spec", self.pool.full_action_spec()),
-            ("full_observation_spec", self.pool.full_observation_spec()),
-            ("full_reward_spec", self.pool.full_reward_spec()),
-            ("full_done_spec", self.pool.full_done_spec()),
-            ("full_state_spec", self.pool.full_state_spec()),
-        ] {
-            dict.set_item(name, crate::specs::describe(py, spec)?)?;
-        }
-        Ok(dict)
+        crate::specs::describe_full(
+            py,
+            [
+                self.pool.full_action_spec(),
+                self.pool.full_observation_spec(),
+                self.pool.full_reward_spec(),
+                self.pool.full_done_spec(),
+                self.pool.full_state_spec(),
+            ],
+        )
     }
 
     /// Resets every env (`td`: a `TensorDict` or a mapping of state
@@ -430,9 +432,7 @@ impl Pool {
                                 py,
                                 format!(
                                     "env_index must be an int or a list of ints, got {}",
-                                    t.get_type()
-                                        .name()
-                                        .map_or_else(|_| "?".into(), |n| n.to_string())
+                                    type_name(t)
                                 ),
                             )
                         })?;
@@ -600,12 +600,7 @@ impl Pool {
             )),
             Err(_) => Err(invalid_type(
                 py,
-                format!(
-                    "an env index is an int, got {}",
-                    env.get_type()
-                        .name()
-                        .map_or_else(|_| "?".into(), |n| n.to_string())
-                ),
+                format!("an env index is an int, got {}", type_name(env)),
             )),
         }
     }
@@ -633,13 +628,7 @@ fn int_arg(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64
         }
         _ => Err(invalid_type(
             py,
-            format!(
-                "{name} must be an int, got {}",
-                value
-                    .get_type()
-                    .name()
-                    .map_or_else(|_| "?".into(), |n| n.to_string())
-            ),
+            format!("{name} must be an int, got {}", type_name(value)),
         )),
     }
 }
@@ -697,22 +686,14 @@ fn int_array(value: &Bound<'_, PyAny>) -> Option<Vec<i64>> {
     None
 }
 
+/// Whether an input mapping (unwrapped by `unwrap_td`) has `"env_index"`.
 fn has_env_index(td: &Bound<'_, PyAny>) -> bool {
-    if let Ok(dict) = td.cast::<PyDict>() {
-        // A plain dict: no attribute lookup (a failed one formats an error).
-        return dict.contains("env_index").unwrap_or(false);
-    }
     td.contains("env_index").unwrap_or(false)
-        || td
-            .getattr("_data")
-            .and_then(|d| d.contains("env_index"))
-            .unwrap_or(false)
 }
 
 /// The number of rows an `"env_index"` entry names.
 fn env_index_rows(td: &Bound<'_, PyAny>) -> Option<usize> {
-    let data = td.getattr("_data").unwrap_or_else(|_| td.clone());
-    let index = data.get_item("env_index").ok()?;
+    let index = td.get_item("env_index").ok()?;
     let numpy = td.py().import("numpy").ok()?;
     let array = numpy.getattr("asarray").ok()?.call1((index,)).ok()?;
     let shape: Vec<usize> = array.getattr("shape").ok()?.extract().ok()?;

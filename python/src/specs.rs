@@ -18,20 +18,6 @@ use pool::specs::TensorSpec;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-/// The numpy name of a dtype (`np.dtype(name)` gives it back).
-fn numpy_dtype(dtype: DType) -> &'static str {
-    match dtype {
-        DType::Bool => "bool",
-        DType::U8 => "uint8",
-        DType::I8 => "int8",
-        DType::I16 => "int16",
-        DType::I32 => "int32",
-        DType::I64 => "int64",
-        DType::F32 => "float32",
-        DType::F64 => "float64",
-    }
-}
-
 /// A numpy array with a copy of the elements of `tensor`, whose dtype is
 /// `T`'s (matched by the caller); its shape is the tensor's.
 fn typed_array<'py, T>(py: Python<'py>, tensor: &Tensor) -> PyResult<Bound<'py, PyAny>>
@@ -66,7 +52,7 @@ pub(crate) fn describe<'py>(py: Python<'py>, spec: &TensorSpec) -> PyResult<Boun
     let desc = PyDict::new(py);
     desc.set_item("kind", spec.kind())?;
     desc.set_item("shape", PyTuple::new(py, spec.shape().iter())?)?;
-    desc.set_item("dtype", spec.dtype().map(numpy_dtype))?;
+    desc.set_item("dtype", spec.dtype().map(crate::array::numpy_name))?;
     match spec {
         TensorSpec::Bounded(b) => {
             desc.set_item("low", array(py, b.low())?)?;
@@ -97,20 +83,6 @@ pub(crate) fn describe<'py>(py: Python<'py>, spec: &TensorSpec) -> PyResult<Boun
     Ok(desc.into_any())
 }
 
-/// An instance of the exception class `name` of `rlpool.errors` with
-/// `message`.
-fn rlpool_error(py: Python<'_>, name: &str, message: String) -> PyErr {
-    let made = py
-        .import("rlpool.errors")
-        .and_then(|errors| errors.getattr(name))
-        .and_then(|class| class.call1((message,)));
-    match made {
-        Ok(err) => PyErr::from_value(err),
-        // `rlpool.errors` could not be imported: report that instead.
-        Err(err) => err,
-    }
-}
-
 /// The specs of the registered env `name` built with `kwargs` (a dict of
 /// keyword arguments, as one env's `create_env_kwargs`): a dict
 /// `{"full_action_spec": ..., "full_observation_spec": ...,
@@ -129,14 +101,7 @@ pub(crate) fn env_specs<'py>(
     name: &str,
     kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let kwargs = crate::kwargs::to_kwargs(kwargs, 0).map_err(|err| {
-        let reason = err.value(py).to_string();
-        // The conversion speaks of a pool's envs; here there is one.
-        let reason = reason
-            .strip_prefix("create_env_kwargs of env 0: ")
-            .unwrap_or(&reason);
-        rlpool_error(py, "InvalidType", format!("env {name:?} kwargs: {reason}"))
-    })?;
+    let kwargs = crate::kwargs::to_kwargs(kwargs, &format!("env {name:?} kwargs"))?;
     let env = py
         .detach(|| pool::envs::make(name, &kwargs))
         .map_err(|err| {
@@ -147,18 +112,38 @@ pub(crate) fn env_specs<'py>(
             } else {
                 format!("env {name:?} could not be built: {message}")
             };
-            rlpool_error(py, "StartError", message)
+            crate::errors::raise(py, "StartError", message, &[])
         })?;
     let specs = env.specs();
+    let composite = |spec: &pool::specs::Composite| TensorSpec::Composite(spec.clone());
+    describe_full(
+        py,
+        [
+            &composite(specs.full_action_spec()),
+            &composite(specs.full_observation_spec()),
+            &composite(specs.full_reward_spec()),
+            &composite(specs.full_done_spec()),
+            &composite(specs.full_state_spec()),
+        ],
+    )
+}
+
+/// The five full specs (action, observation, reward, done, state), each
+/// described under its TorchRL name.
+pub(crate) fn describe_full<'py>(
+    py: Python<'py>,
+    specs: [&TensorSpec; 5],
+) -> PyResult<Bound<'py, PyDict>> {
+    const NAMES: [&str; 5] = [
+        "full_action_spec",
+        "full_observation_spec",
+        "full_reward_spec",
+        "full_done_spec",
+        "full_state_spec",
+    ];
     let out = PyDict::new(py);
-    for (key, spec) in [
-        ("full_action_spec", specs.full_action_spec()),
-        ("full_observation_spec", specs.full_observation_spec()),
-        ("full_reward_spec", specs.full_reward_spec()),
-        ("full_done_spec", specs.full_done_spec()),
-        ("full_state_spec", specs.full_state_spec()),
-    ] {
-        out.set_item(key, describe(py, &TensorSpec::Composite(spec.clone()))?)?;
+    for (name, spec) in NAMES.into_iter().zip(specs) {
+        out.set_item(name, describe(py, spec)?)?;
     }
     Ok(out)
 }
