@@ -45,6 +45,7 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from rlpool import AsyncEnvPool, PyEnvMaker, decode_info, decode_leaf
 from rlpool.errors import (
+    Busy,
     EnvFailed,
     InvalidArgument,
     InvalidType,
@@ -853,6 +854,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
         With deferred resets, an env whose reset waits here is not sent to:
         its result is that reset, ready at once."""
         n = self.num_envs
+        if self._deferred and self._ready.any():
+            busy = np.flatnonzero(self._ready) if ids is None else ids[self._ready[ids]]
+            if len(busy):
+                raise Busy(
+                    f"envs {busy.tolist()} were sent to and their results not received; "
+                    "recv them first",
+                    envs=busy.tolist(),
+                )
         if self._deferred and self._waiting.any():
             ids = np.arange(n) if ids is None else ids
             waiting = self._waiting[ids]

@@ -314,6 +314,8 @@ def test_state_errors(vecs: VecFactory) -> None:
         mine.step_wait()
     mine.reset_wait()
     mine.send(np.array([0, 1]))
+    with pytest.raises(rlpool.Busy):
+        mine.send(np.array([0]), [1])
     with pytest.raises(AlreadyPendingCallError, match=r"envs \[0, 1\] have results to `recv`"):
         mine.step_async(np.array([0, 0]))
     mine.recv()
@@ -456,6 +458,24 @@ def test_make_vec_rust_send_recv_and_same_step() -> None:
             assert (
                 steps[:4] == [(1.0, False), (1.0, False), (1.0, True), (0.0, False)][: len(steps)]
             )
+
+
+def test_make_vec_rust_deferred_reset_is_a_result_to_receive() -> None:
+    with make_vec("CartPole-v1", 2, max_episode_steps=1) as envs:
+        envs.reset(seed=0)
+        envs.step(np.array([0, 0]))  # both truncated: their resets wait for the next step
+        envs.send(np.array([1]), [0])
+        with pytest.raises(rlpool.Busy, match=r"envs \[0\]"):
+            envs.send(np.array([1]), [0])
+        _, rewards, terminated, truncated, infos = envs.recv(timeout=20)
+        assert infos["env_id"].tolist() == [0]
+        assert (rewards.tolist(), terminated.tolist(), truncated.tolist()) == (
+            [0.0],
+            [False],
+            [False],
+        )
+        with pytest.raises(NoAsyncCallError):
+            envs.recv()
 
 
 def test_make_vec_falls_back_to_gymnasium_envs() -> None:
