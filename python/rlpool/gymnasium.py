@@ -503,6 +503,12 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
         self._call: tuple[str, tuple[Any, ...], dict[str, Any]] | None = None
         self._state = AsyncState.DEFAULT
 
+    @property
+    def pool(self) -> AsyncEnvPool:
+        """The :class:`~rlpool.AsyncEnvPool` underneath (its
+        ``resolved_exchange``, ``exchange_reason``, ``worker_pids``, ...)."""
+        return self._pool
+
     # -- Gymnasium's calls ----------------------------------------------------
 
     @property

@@ -152,3 +152,30 @@ class Failing(Countdown):
         if self.t + 1 == self.fail_at:
             raise ValueError(f"deliberate failure at step {self.fail_at}")
         return super().step(action)
+
+
+class Labeled(gymnasium.Env[dict[str, Any], np.int64]):
+    """A Dict observation with a ``Text`` entry (no fixed shape: it travels
+    pickled, by the queue exchange) beside a Box."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Dict(
+            {"pos": spaces.Box(-1.0, 1.0, (2,), np.float32), "name": spaces.Text(5)}
+        )
+        self.action_space = spaces.Discrete(2)
+
+    def _obs(self) -> dict[str, Any]:
+        length = int(self.np_random.integers(1, 6))
+        return {
+            "pos": self.np_random.uniform(-1, 1, 2).astype(np.float32),
+            "name": "abcde"[:length],
+        }
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        return self._obs(), float(action), bool(self.np_random.random() < 0.3), False, {}

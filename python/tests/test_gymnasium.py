@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from gymnasium_envs import Countdown, Failing, Nested
+from gymnasium_envs import Countdown, Failing, Labeled, Nested
 from helpers import CONFIGS, Config
 
 import rlpool
@@ -140,6 +140,48 @@ def test_dict_and_tuple_spaces_match_gymnasium(vecs: VecFactory, config: Config)
     assert mine.observation_space == ref.observation_space
     assert mine.action_space == ref.action_space
     assert run_side_by_side(mine, ref, 14, mode) >= 2
+
+
+@pytest.mark.parametrize("config", [THREADS, SHM], ids=str)
+def test_spaces_without_a_fixed_shape(vecs: VecFactory, config: Config) -> None:
+    fns = [Labeled] * 2
+    mode = AutoresetMode.SAME_STEP
+    mine = vecs(fns, config, autoreset_mode=mode, exchange="auto")
+    if config.procs:
+        # Shared memory asked for (Gymnasium's default): the Text entry
+        # takes the queue, and the pool says why.
+        assert mine.pool.resolved_exchange == "queue"
+        assert "name" in str(mine.pool.exchange_reason)
+    ref = SyncVectorEnv(fns, autoreset_mode=mode)
+    assert mine.observation_space == ref.observation_space
+    assert run_side_by_side(mine, ref, 10, mode) >= 2
+
+
+def test_infos_decoded_only_for_envs_that_returned_some(
+    vecs: VecFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decoded: list[dict[str, Any]] = []
+
+    def counting(row: Any) -> dict[str, Any]:
+        info = rlpool.decode_info(row)
+        decoded.append(info)
+        return info
+
+    monkeypatch.setattr(rlpool.gymnasium, "decode_info", counting)
+    mine = vecs(countdowns(3))
+    ref = SyncVectorEnv(countdowns(3))
+    actions = np.array([0, 1, 2])
+    assert_same(mine.reset(seed=3), ref.reset(seed=3), "reset")
+    assert decoded == []
+    with_info = 0
+    for t in range(12):
+        want = ref.step(actions)
+        assert_same(mine.step(actions), want, f"step {t}")
+        masks = [v for k, v in want[4].items() if k.startswith("_")]
+        with_info += int(np.logical_or.reduce(masks).sum()) if masks else 0
+    assert with_info > 0
+    assert len(decoded) == with_info
+    assert all(decoded)
 
 
 def test_matches_gymnasium_async_vector_env(vecs: VecFactory) -> None:
