@@ -110,7 +110,7 @@ class _Leaf:
     """One entry of a space under the pool's root key: an array, or a
     non-tensor entry (a pickled value per env)."""
 
-    __slots__ = ("dtype", "key", "pool_shape", "shape")
+    __slots__ = ("dtype", "key", "pool_shape", "shape", "td_key")
 
     def __init__(
         self,
@@ -120,6 +120,8 @@ class _Leaf:
         pool_shape: tuple[int, ...],
     ) -> None:
         self.key = key
+        # How a tensordict is indexed for it (a str is the quickest).
+        self.td_key: str | tuple[str, ...] = key[0] if len(key) == 1 else key
         # None: a non-tensor entry.
         self.dtype = dtype
         # The space's own shape, and the one the pool holds per env (they
@@ -185,7 +187,7 @@ class _Codec:
 
     def read(self, td: Any) -> list[Any]:
         """The leaves' batched entries in ``td``."""
-        return [td[leaf.key] for leaf in self.leaves]
+        return [td[leaf.td_key] for leaf in self.leaves]
 
     def batch(self, leaves: Sequence[Any]) -> Any:
         """Gymnasium's batched value (arrays, dicts and tuples of them)."""
@@ -455,6 +457,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
             copy=copy,
             batch_size=batch_size,
             rust=None,
+            infos=max_info_bytes > 0,
         )
 
     def _start(
@@ -470,6 +473,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
         copy: bool,
         batch_size: int | None,
         rust: _RustEnvs | None,
+        infos: bool,
     ) -> None:
         """What both kinds of envs (Python envs, rlpool's Rust envs) share."""
         self._pool = pool
@@ -498,6 +502,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
         self._waiting_obs: list[Any] | None = None
         self._flight = np.zeros(n, dtype=np.bool_)  # sent, result not received
         self._ready = np.zeros(n, dtype=np.bool_)  # sent, result waiting here (deferred)
+        self._sent = False  # send() was called since the envs were last all idle
+        self._infos = infos
         self._last: list[Any] | None = None  # the last observations, by leaf
         self._reset_ids: Array | None = None
         self._call: tuple[str, tuple[Any, ...], dict[str, Any]] | None = None
@@ -600,7 +606,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
         if len(ids) < n:
             leaves = _merge_rows(self._last_or_zeros(), ids, leaves)
         self._last = leaves
-        rows, infos_of_rows = _info_rows(td.get("info"))
+        rows, infos_of_rows = _info_rows(td["info"] if self._infos else None)
         infos: dict[str, Any] = {}
         for row, info in zip(rows, infos_of_rows):
             _add_info(infos, info, int(ids[row]), n)
@@ -641,7 +647,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
                 "Calling `step_wait` without any prior call to `step_async`.",
                 AsyncState.WAITING_STEP.value,
             )
-        flying = int(self._flight.sum())
+        flying = int(self._flight.sum()) if self._deferred else self.num_envs
         got = self._receive_all(self._ops.recv, flying, timeout, "step_wait") if flying else None
         obs, leaves, rewards, terminated, truncated, infos, _ = self._results(got)
         self._last = leaves
@@ -781,6 +787,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
             )
         ids = None if env_id is None else np.asarray(env_id, dtype=np.int64).reshape(-1)
         self._send(self._actions.write(actions), ids)
+        self._sent = True
 
     def recv(
         self,
@@ -843,12 +850,15 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
                 "to complete.",
                 str(self._state.value),
             )
+        if not self._sent:
+            return
         if self._flight.any() or self._ready.any():
             envs = np.flatnonzero(self._flight | self._ready).tolist()
             raise AlreadyPendingCallError(
                 f"Calling `{call}` while envs {envs} have results to `recv` (sent by `send`).",
                 "send",
             )
+        self._sent = False
 
     def _last_or_zeros(self) -> list[Any]:
         if self._last is None:
@@ -939,7 +949,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
             truncated = np.asarray(nxt["truncated"]).reshape(size)
             final = self._obs.read(nxt)
             leaves = final if root is None or self._deferred else self._obs.read(root)
-            info = nxt.get("info")
+            info = nxt["info"] if self._infos else None
             self._flight[ids] = False
         else:
             ids = _NO_ROWS.astype(np.int64)
@@ -962,7 +972,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
             done = np.flatnonzero(terminated | truncated)
             if len(done):
                 by_row = dict(zip(rows.tolist(), row_infos))
-                reset_rows, reset_infos = _info_rows(root.get("info"))
+                reset_rows, reset_infos = _info_rows(root["info"] if self._infos else None)
                 resets = dict(zip(reset_rows.tolist(), reset_infos))
                 for r in done.tolist():
                     by_row[r] = {
@@ -1364,5 +1374,6 @@ def _rust_vector_env(
         copy=options.get("copy", True),
         batch_size=options.get("batch_size"),
         rust=rust,
+        infos=False,
     )
     return env
