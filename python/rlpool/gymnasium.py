@@ -317,7 +317,12 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
       call pending (Gymnasium drops it): wait again for its results.
     - Results are always arrays of their own (never aliased by later
       steps), whatever ``copy`` says.
+    - Actions are converted to the action space's dtype before they are
+      sent (a float64 action of a float32 ``Box`` reaches the env as
+      float32).
     - ``call_async`` starts the calls when ``call_wait`` is called.
+    - A reset with ``reset_mask`` fills the other envs' rows with their
+      observations of the last ``step`` or ``reset`` (not of ``recv``).
 
     Args:
         env_fns: functions that create the envs (``gymnasium.Env``\\ s). With

@@ -26,7 +26,8 @@ class Countdown(gymnasium.Env[np.ndarray, np.int64]):
     when options were given, else ``{}``. Attributes ``scale`` and
     ``delay`` (seconds slept in each step), a method ``peek(k)``. ``bound``
     and ``actions`` change the spaces (the observations' bounds, the
-    number of actions) for tests of spaces that differ.
+    number of actions) for tests of spaces that differ; ``close()`` appends
+    a line to the file ``close_log``.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 4}  # noqa: RUF012
@@ -39,6 +40,7 @@ class Countdown(gymnasium.Env[np.ndarray, np.int64]):
         render_mode: str | None = None,
         bound: float = np.inf,
         actions: int = 3,
+        close_log: str | None = None,
     ) -> None:
         self.observation_space = spaces.Box(-bound, bound, (3,), np.float32)
         self.action_space = spaces.Discrete(actions)
@@ -49,6 +51,7 @@ class Countdown(gymnasium.Env[np.ndarray, np.int64]):
         self.scale = 1.0
         self.t = 0
         self.obs = np.zeros(3, np.float32)
+        self.close_log = close_log
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -73,6 +76,11 @@ class Countdown(gymnasium.Env[np.ndarray, np.int64]):
         if terminated:
             info["why"] = "end"
         return self.obs.copy(), reward, terminated, truncated, info
+
+    def close(self) -> None:
+        if self.close_log is not None:
+            with open(self.close_log, "a") as log:
+                log.write("closed\n")
 
     def peek(self, k: int) -> int:
         return self.t * k

@@ -331,6 +331,15 @@ def test_close_twice_and_closed_errors(vecs: VecFactory) -> None:
     assert terminated.closed
 
 
+@pytest.mark.parametrize("config", [THREADS, SHM], ids=str)
+def test_close_closes_every_env(vecs: VecFactory, config: Config, tmp_path: Any) -> None:
+    log = tmp_path / "closed"
+    mine = vecs(countdowns(3, close_log=str(log)), config)
+    mine.reset(seed=0)
+    mine.close()
+    assert log.read_text().splitlines() == ["closed"] * 3
+
+
 def test_state_errors(vecs: VecFactory) -> None:
     mine = vecs(countdowns(2))
     with pytest.raises(NoAsyncCallError):
@@ -382,6 +391,8 @@ def test_invalid_arguments(vecs: VecFactory) -> None:
         vecs([Countdown, functools.partial(Countdown, bound=1.0)])
     assert isinstance(caught.value, RuntimeError)
     assert caught.value.env == 1
+    with pytest.raises(SpaceMismatch, match="env 1's observation space Dict"):
+        vecs([Countdown, Nested], SHM, exchange="auto")
     with pytest.raises(SpaceMismatch, match="env 2's action space Discrete\\(2\\)"):
         vecs([Countdown, Countdown, functools.partial(Countdown, actions=2)])
     mine = vecs(fns)
