@@ -414,6 +414,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
         if envs_per_worker is None:
             workers = max_concurrency if max_concurrency is not None else os.cpu_count() or 1
             envs_per_worker = math.ceil(num_envs / min(workers, num_envs))
+        _check_batch_size(batch_size, num_envs)
         if backend not in ("multiprocessing", "threading"):
             raise InvalidArgument(f'backend={backend!r}: "multiprocessing" or "threading"')
         makers = [
@@ -493,8 +494,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
         self.action_space = batch_space(action_space, n)
         self.single_observation_space = single_obs
         self.observation_space = obs_space
-        if batch_size is not None and not 1 <= batch_size <= n:
-            raise InvalidArgument(f"batch_size={batch_size}: between 1 and num_envs={n}")
         self._batch_size = n if batch_size is None else batch_size
         self._actions = _Codec(action_space, "action", rust.action_shape if rust else None)
         self._obs = _Codec(single_obs, "observation")
@@ -1069,6 +1068,11 @@ def _wait_timeout(err: Timeout, call: str, timeout: float | None) -> WaitTimeout
     )
 
 
+def _check_batch_size(batch_size: int | None, n: int) -> None:
+    if batch_size is not None and not 1 <= batch_size <= n:
+        raise InvalidArgument(f"batch_size={batch_size}: between 1 and num_envs={n}")
+
+
 def _autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
     if isinstance(mode, AutoresetMode):
         return mode
@@ -1344,6 +1348,8 @@ def _rust_vector_env(
             f"observation_mode={options['observation_mode']!r}: rlpool's Rust {name} envs "
             "all have the same observation space"
         )
+    _check_batch_size(options.get("batch_size"), num_envs)
+    mode = _autoreset_mode(options.get("autoreset_mode", AutoresetMode.NEXT_STEP))
     # Gymnasium's own env gives the spaces and metadata (cheap for these two).
     probe = gymnasium.make(name, **env_kwargs)
     try:
@@ -1375,7 +1381,7 @@ def _rust_vector_env(
         obs_space=batch_space(single_obs, num_envs),
         metadata=metadata,
         render_mode=None,
-        autoreset_mode=_autoreset_mode(options.get("autoreset_mode", AutoresetMode.NEXT_STEP)),
+        autoreset_mode=mode,
         copy=options.get("copy", True),
         batch_size=options.get("batch_size"),
         rust=rust,

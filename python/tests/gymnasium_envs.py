@@ -187,3 +187,12 @@ class Labeled(gymnasium.Env[dict[str, Any], np.int64]):
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         return self._obs(), float(action), bool(self.np_random.random() < 0.3), False, {}
+
+
+class Spoken(Countdown):
+    """A Countdown whose action space is ``Text``: a space rlpool cannot
+    send actions of."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.action_space = spaces.Text(3)  # type: ignore[assignment]

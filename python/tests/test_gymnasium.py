@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from gymnasium_envs import Countdown, Failing, Labeled, Nested
+from gymnasium_envs import Countdown, Failing, Labeled, Nested, Spoken
 from helpers import CONFIGS, Config
 
 import rlpool
@@ -395,6 +395,12 @@ def test_invalid_arguments(vecs: VecFactory) -> None:
         vecs([Countdown, Nested], SHM, exchange="auto")
     with pytest.raises(SpaceMismatch, match="env 2's action space Discrete\\(2\\)"):
         vecs([Countdown, Countdown, functools.partial(Countdown, actions=2)])
+    with pytest.raises(rlpool.InvalidType, match="both elements of observation_mode"):
+        vecs(fns, observation_mode=(1, 2))
+    spoken = vecs([Spoken] * 2)
+    spoken.reset(seed=0)
+    with pytest.raises(rlpool.InvalidType, match=r"action entry 'action' \(Text"):
+        spoken.step(("a", "b"))
     mine = vecs(fns)
     with pytest.raises(rlpool.InvalidArgument, match="length must match num_envs=2"):
         mine.reset(seed=[1, 2, 3])
@@ -529,6 +535,24 @@ def test_make_vec_rust_deferred_reset_is_a_result_to_receive() -> None:
         )
         with pytest.raises(NoAsyncCallError):
             envs.recv()
+
+
+def test_make_vec_rust_invalid_arguments() -> None:
+    with pytest.raises(rlpool.InvalidArgument, match=r"vector_kwargs: unknown keys \['colour'\]"):
+        make_vec("CartPole-v1", 2, vector_kwargs={"colour": "red"})
+    with pytest.raises(rlpool.InvalidArgument, match="observation_mode='different'"):
+        make_vec("CartPole-v1", 2, vector_kwargs={"observation_mode": "different"})
+    with pytest.raises(rlpool.InvalidArgument, match="batch_size=5"):
+        make_vec("CartPole-v1", 2, vector_kwargs={"batch_size": 5})
+    with make_vec("CartPole-v1", 2) as envs:
+        with pytest.raises(rlpool.InvalidArgument, match="takes no reset options"):
+            envs.reset(options={"low": -0.1})
+        mask = {"reset_mask": np.array([True, False])}
+        with pytest.raises(rlpool.InvalidArgument, match="a seeded reset resets every env"):
+            envs.reset(seed=3, options=mask)
+        envs.reset(seed=3)
+        obs, _ = envs.reset(options={"reset_mask": np.array([True, False])})
+        assert obs.shape == (2, 4)
 
 
 def test_make_vec_falls_back_to_gymnasium_envs() -> None:
