@@ -406,24 +406,31 @@ class Adapter:
         self.name = getattr(spec, "id", None) or type(getattr(env, "unwrapped", env)).__name__
         self.max_info_bytes = max_info_bytes
         self.lock = threading.Lock()
+        # A space of one tensor leaf crosses as the value itself, without a
+        # tuple around it (and without a call to put it in one).
+        self._flat_action = _is_flat(env.action_space)
+        self._flat_observation = _is_flat(env.observation_space)
         self._flatten = _flattener(env.observation_space)
-        unflatten, count = _unflattener(env.action_space)
-        self._unflatten: Callable[[Sequence[Any]], Any] = (
-            (lambda leaves: leaves[0])
-            if count == 1 and not _nested(env.action_space)
-            else (lambda leaves: unflatten(leaves, 0))
-        )
+        unflatten, _ = _unflattener(env.action_space)
+        self._unflatten = unflatten
         self._next_step = autoreset == "next_step"
         self._needs_reset = False
         self._seed: int | None = None
         self._options: dict[str, Any] | None = None
         self._closed = False
 
-    def describe(self) -> tuple[str, list[Leaf], int]:
-        """The env's name, its leaves and the room for its infos."""
+    def describe(self) -> tuple[str, list[Leaf], int, bool, bool]:
+        """The env's name, its leaves, the room for its infos, and whether
+        the action and the observation cross as one value (not a tuple)."""
         leaves = leaves_of(self.env.action_space, "action")
         leaves += leaves_of(self.env.observation_space, "observation")
-        return self.name, leaves, self.max_info_bytes
+        return (
+            self.name,
+            leaves,
+            self.max_info_bytes,
+            self._flat_action,
+            self._flat_observation,
+        )
 
     def _info(self, info: Any) -> bytes | None:
         if not info or self.max_info_bytes == 0:
@@ -437,7 +444,7 @@ class Adapter:
             )
         return data
 
-    def _reset(self) -> tuple[tuple[Any, ...], bytes | None]:
+    def _reset(self) -> tuple[Any, bytes | None]:
         seed, options = self._seed, self._options
         self._seed = self._options = None
         self._needs_reset = False
@@ -445,24 +452,33 @@ class Adapter:
             obs, info = self.env.reset()
         else:
             obs, info = self.env.reset(seed=seed, options=options)
-        return self._flatten(obs), self._info(info)
+        return (obs if self._flat_observation else self._flatten(obs)), self._info(info)
 
-    def reset(self) -> tuple[tuple[Any, ...], bytes | None]:
+    def reset(self) -> tuple[Any, bytes | None]:
         """Resets the env: (observation leaves, pickled info or None)."""
         with self.lock:
             return self._reset()
 
-    def step(self, action: Sequence[Any]) -> tuple[Any, ...]:
+    def step(self, action: Any) -> tuple[Any, ...]:
         """Steps the env: (observation leaves, reward, terminated, truncated,
-        pickled info or None)."""
+        pickled info or None); ``action`` is its leaves, or the action itself
+        when flat (and so is the observation returned)."""
         with self.lock:
             if self._needs_reset:
-                leaves, info = self._reset()
-                return leaves, 0.0, False, False, info
-            obs, reward, terminated, truncated, info = self.env.step(self._unflatten(action))
+                leaves, packed = self._reset()
+                return leaves, 0.0, False, False, packed
+            obs, reward, terminated, truncated, info = self.env.step(
+                action if self._flat_action else self._unflatten(action, 0)
+            )
             if self._next_step:
                 self._needs_reset = bool(terminated or truncated)
-            return self._flatten(obs), reward, terminated, truncated, self._info(info)
+            return (
+                obs if self._flat_observation else self._flatten(obs),
+                reward,
+                terminated,
+                truncated,
+                self._info(info) if info else None,
+            )
 
     def set_reset_args(self, seed: int | None, options: dict[str, Any] | None) -> None:
         """The seed and options of the next reset (once)."""
@@ -503,10 +519,14 @@ class Adapter:
                 close()
 
 
-def _nested(space: Any) -> bool:
+def _is_flat(space: Any) -> bool:
+    """Whether a space is one tensor leaf (not a Dict or Tuple, not a
+    pickled non-tensor leaf)."""
     from gymnasium import spaces
 
-    return isinstance(space, (spaces.Dict, spaces.Tuple))
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        return False
+    return leaves_of(space, "")[0][2] != "object"
 
 
 # -- calls on the envs over a socket (processes) ---------------------------

@@ -61,6 +61,10 @@ pub(crate) struct PyEnv {
     observations: Vec<Leaf>,
     /// The capacity of the `"info"` entry (0: no such entry).
     info_bytes: usize,
+    /// Whether the action (observation) is one tensor leaf that crosses as
+    /// the value itself rather than a tuple of leaves.
+    flat_action: bool,
+    flat_observation: bool,
 }
 
 /// `rlpool._pyenv`, imported once.
@@ -136,7 +140,13 @@ impl PyEnv {
         let adapter = module(py)
             .and_then(|m| m.getattr("build")?.call((), Some(&dict)))
             .map_err(fail)?;
-        let (name, leaves, info_bytes): (String, Vec<Bound<'_, PyTuple>>, usize) = adapter
+        let (name, leaves, info_bytes, flat_action, flat_observation): (
+            String,
+            Vec<Bound<'_, PyTuple>>,
+            usize,
+            bool,
+            bool,
+        ) = adapter
             .call_method0("describe")
             .and_then(|d| d.extract())
             .map_err(fail)?;
@@ -197,11 +207,14 @@ impl PyEnv {
             actions,
             observations,
             info_bytes,
+            flat_action,
+            flat_observation,
         })
     }
 
-    /// The action leaves of `input`, as the adapter's `step` takes them.
-    fn action<'py>(&self, py: Python<'py>, input: &TensorDict) -> PyResult<Bound<'py, PyTuple>> {
+    /// The action leaves of `input`, as the adapter's `step` takes them: a
+    /// tuple, or the one leaf itself when the action is flat.
+    fn action<'py>(&self, py: Python<'py>, input: &TensorDict) -> PyResult<Bound<'py, PyAny>> {
         let mut items = Vec::with_capacity(self.actions.len());
         for leaf in &self.actions {
             let item = match &leaf.tensor {
@@ -216,9 +229,12 @@ impl PyEnv {
                     _ => py.None().into_bound(py),
                 },
             };
+            if self.flat_action {
+                return Ok(item);
+            }
             items.push(item);
         }
-        PyTuple::new(py, items)
+        Ok(PyTuple::new(py, items)?.into_any())
     }
 
     /// Copies the observation leaves and the info of an adapter's answer
@@ -230,6 +246,14 @@ impl PyEnv {
         info: &Bound<'_, PyAny>,
         out: &mut TensorDict,
     ) -> PyResult<()> {
+        if self.flat_observation {
+            let leaf = &self.observations[0];
+            if let Some((dtype, shape)) = &leaf.tensor {
+                let mut tensor = out.tensor_mut(&leaf.key).map_err(to_py)?;
+                write_leaf(py, &leaf.key, leaves, *dtype, shape, tensor.bytes_mut())?;
+            }
+            return self.write_info(info, out);
+        }
         let leaves = leaves.cast::<PyTuple>()?;
         if leaves.len() != self.observations.len() {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
@@ -250,6 +274,12 @@ impl PyEnv {
                 }
             }
         }
+        self.write_info(info, out)
+    }
+
+    /// Writes an info (pickled bytes, or `None` for `{}`) into `out`'s
+    /// `"info"` entry, if there is one.
+    fn write_info(&self, info: &Bound<'_, PyAny>, out: &mut TensorDict) -> PyResult<()> {
         if self.info_bytes > 0 {
             let mut tensor = out.tensor_mut("info").map_err(to_py)?;
             let bytes = tensor.bytes_mut();
