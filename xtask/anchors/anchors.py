@@ -1712,11 +1712,25 @@ def real_comparisons(rows):
         key=lambda e: (
             REAL_ENVS.index(e["env"]),
             e["num_envs"],
-            e["mode"],
+            {"sync": 0, "async": 1}.get(e["mode"], 9),
             order.get(e["system"], 99),
         )
     )
     return out
+
+
+def ratio_text(system, ratio):
+    """rlpool's rate over a system's: a percentage of the machine's bound,
+    else a factor."""
+    return f"{ratio:.0%}" if system == "bound" else f"{ratio:.2f}x"
+
+
+def goal_text(system, goal):
+    return f"{goal:.0%}" if system == "bound" else f"{goal:g}x"
+
+
+def against_text(system, config):
+    return "the machine's bound" if system == "bound" else f"{system} {config}"
 
 
 def real_goal_lines(comparisons):
@@ -1745,7 +1759,7 @@ def real_tables(doc):
     second of every system (one column per N), then rlpool's rate over each
     other system's with the goals."""
     rows = [r for r in doc["measurements"] if r["env"] in REAL_ENVS and r["num_envs"]]
-    comparisons = doc.get("real_comparisons") or real_comparisons(doc["measurements"])
+    comparisons = real_comparisons(doc["measurements"])
     lines = []
     for env in REAL_ENVS:
         mine = [r for r in rows if r["env"] == env]
@@ -1804,26 +1818,25 @@ def real_tables(doc):
                 by_key, key=lambda k: (modes.get(k[0], 9), order.get(k[1], 99), k[2])
             ):
                 mode, system, config, against = key
-                goal_text = "-"
+                goal = "-"
                 texts = []
                 for n in sizes:
                     e = by_key[key].get(n)
                     if e is None:
                         texts.append("-")
                         continue
-                    text = f"{e['ratio']:.2f}x"
+                    text = ratio_text(system, e["ratio"])
                     if "goal" in e:
                         text += " (met)" if e["met"] else " (NOT met)"
-                        goal_text = f">= {e['goal']:g}x" + (
-                            f" at N = {', '.join(map(str, REAL_GOALS[env]['sizes']))}"
-                            if REAL_GOALS[env]["sizes"]
-                            else ""
+                        judged = REAL_GOALS[env]["sizes"]
+                        goal = f">= {goal_text(system, e['goal'])}" + (
+                            f" at N = {', '.join(map(str, judged))}" if judged else ""
                         )
                     texts.append(text)
                 lines.append(
-                    f"| {mode} | {system} {config} | {against} | "
+                    f"| {mode} | {against_text(system, config)} | {against} | "
                     + " | ".join(texts)
-                    + f" | {goal_text} |"
+                    + f" | {goal} |"
                 )
             lines.append("")
     return lines
@@ -2265,7 +2278,7 @@ def cmd_table(args):
         print()
     for line in real_tables(doc):
         print(line)
-    for line in real_goal_lines(doc.get("real_comparisons") or []):
+    for line in real_goal_lines(real_comparisons(doc["measurements"])):
         print(f"- {line}")
 
 
@@ -2280,20 +2293,28 @@ SPREAD = [
 ]
 
 
+def median(values):
+    values = sorted(values)
+    half = len(values) // 2
+    return values[half] if len(values) % 2 else (values[half - 1] + values[half]) / 2
+
+
+def median_text(values, fmt):
+    """median (min .. max) of `values`, each formatted by `fmt`."""
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(median(values))} ({fmt(min(values))} .. {fmt(max(values))})"
+
+
 def cmd_spread(args):
-    """The Python front's figures over several runs (JSON files of `run`):
-    median (min .. max) of each, as a Markdown table."""
+    """The figures of several runs (JSON files of `run`): median (min ..
+    max) of each, as Markdown tables: the Python front's (core set), and
+    rlpool's rates and ratios on issue 15's workloads with the goals (the
+    goal judged on the median; how many runs met it)."""
     docs = []
     for path in args.json:
         with open(path) as f:
             docs.append(json.load(f))
-    cells = {}
-    for doc in docs:
-        for e in doc.get("python_front") or []:
-            key = (e["env"], e["num_envs"], e["config"], e["mode"])
-            for field, _, _ in SPREAD:
-                if e.get(field) is not None:
-                    cells.setdefault(key, {}).setdefault(field, []).append(e[field])
     print(
         f"{len(docs)} runs: "
         + "; ".join(
@@ -2304,27 +2325,60 @@ def cmd_spread(args):
         )
         + "\n"
     )
-    head = ["env", "N", "config", "mode"] + [name for _, name, _ in SPREAD]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    for key in sorted(cells, key=lambda k: (ENVS.index(k[0]), k[1], k[2], k[3])):
-        row_cells = [key[0], str(key[1]), key[2], key[3]]
-        for field, _, fmt in SPREAD:
-            values = sorted(cells[key].get(field, []))
-            if not values:
-                row_cells.append("-")
-                continue
-            mid = (
-                values[len(values) // 2]
-                if len(values) % 2
-                else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+    cells = {}
+    for doc in docs:
+        for e in doc.get("python_front") or []:
+            key = (e["env"], e["num_envs"], e["config"], e["mode"])
+            for field, _, _ in SPREAD:
+                if e.get(field) is not None:
+                    cells.setdefault(key, {}).setdefault(field, []).append(e[field])
+    if cells:
+        head = ["env", "N", "config", "mode"] + [name for _, name, _ in SPREAD]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for key in sorted(cells, key=lambda k: (ENVS.index(k[0]), k[1], k[2], k[3])):
+            row_cells = [key[0], str(key[1]), key[2], key[3]]
+            for field, _, fmt in SPREAD:
+                values = cells[key].get(field, [])
+                row_cells.append(median_text(values, fmt) if values else "-")
+            print("| " + " | ".join(row_cells) + " |")
+        print()
+    real = {}
+    for doc in docs:
+        for e in real_comparisons(doc["measurements"]):
+            key = (e["env"], e["num_envs"], e["mode"], e["system"], e["config"], e["against_mode"])
+            got = real.setdefault(key, {"rlpool": [], "other": [], "ratio": [], "met": []})
+            got["rlpool"].append(e["rlpool_steps_per_second"])
+            got["other"].append(e["steps_per_second"])
+            got["ratio"].append(e["ratio"])
+            if "goal" in e:
+                got["goal"] = e["goal"]
+                got["met"].append(e["met"])
+    if real:
+        head = ["workload", "N", "rlpool loop", "rlpool", "against", "its rate", "ratio", "goal"]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        order = {x: i for i, x in enumerate(REAL_SYSTEM_ORDER)}
+        modes = {"sync": 0, "async": 1}
+        for key in sorted(
+            real,
+            key=lambda k: (REAL_ENVS.index(k[0]), k[1], modes.get(k[2], 9), order.get(k[3], 99)),
+        ):
+            env, n, mode, system, config, against = key
+            got = real[key]
+            goal = "-"
+            if "goal" in got:
+                verdict = "met" if median(got["ratio"]) >= got["goal"] else "NOT met"
+                goal = (
+                    f">= {goal_text(system, got['goal'])}: {verdict} "
+                    f"(in {sum(got['met'])} of {len(got['met'])} runs)"
+                )
+            ratio = median_text(got["ratio"], functools.partial(ratio_text, system))
+            print(
+                f"| {env} | {n} | {mode} | {median_text(got['rlpool'], si)} | "
+                f"{against_text(system, config)} ({against}) | "
+                f"{median_text(got['other'], si)} | {ratio} | {goal} |"
             )
-            row_cells.append(
-                fmt(mid)
-                if len(values) == 1
-                else f"{fmt(mid)} ({fmt(values[0])} .. {fmt(values[-1])})"
-            )
-        print("| " + " | ".join(row_cells) + " |")
 
 
 def sets_arg(text):
