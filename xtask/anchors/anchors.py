@@ -31,9 +31,22 @@ seconds after a short warm-up. The baseline of each system is its own raw
 loop (the N envs stepped in turn by one thread); the pool overhead per
 env-step is the pool's time per env-step minus the raw loop's.
 
+The workloads come in sets (`run --sets core,python,atari`, default all).
+"core" is the above: rlpool's own Rust envs (CartPole-v1 and a no-op env)
+beside each anchor's cheapest equivalent. "python" and "atari" are issue
+15's real workloads: Gymnasium's Python CartPole-v1, and ALE Pong through
+ale-py with the same frames on every system (PONG_FRAMES), in every pool
+that runs Python envs (rlpool, Gymnasium's AsyncVectorEnv, PufferLib,
+TorchRL) and, for Pong, in EnvPool and ale-py's own vector env; beside the
+machine's bound (cores x one process stepping one env in a plain loop),
+with rlpool's ratio to each and the issue's goals (REAL_GOALS). Each set
+has its own sizes and seconds per measurement unless --sizes/--seconds
+say otherwise.
+
 `plot` redraws the figure from a JSON file; `table` prints its figures as
-Markdown tables (the README's); `spread` prints the Python front's figures
-over several runs' JSON files (median, min and max).
+Markdown tables (the README's and docs/performance.md's, with the goals met
+or not); `spread` prints the Python front's figures and issue 15's over
+several runs' JSON files (median, min and max).
 """
 
 from __future__ import annotations
@@ -196,7 +209,8 @@ REAL_CONFIGS = {
     "env_id=infos['env_id'])), else rlpool.AsyncEnvPool(env_fns, "
     "backend='multiprocessing', exchange='shm', envs_per_worker=ceil(N/cores)) "
     "(sync: step_and_maybe_reset; async: async_step_and_maybe_reset_recv(min_get=N/2), "
-    "then _send to the envs received); the row's config says which",
+    "then async_step_and_maybe_reset_send to the envs received); the row's config says "
+    "which",
     "gymnasium": "gymnasium.vector.AsyncVectorEnv(env_fns, shared_memory=True) (one process "
     "per env), step(actions of all N); it cannot receive part of the envs: no async row",
     "pufferlib": "pufferlib.vector.Multiprocessing, PufferLib's own recommendation: one "
@@ -204,7 +218,8 @@ REAL_CONFIGS = {
     "envs received (async only)",
     "torchrl": "torchrl.envs.AsyncEnvPool(env_fns, backend='multiprocessing'); sync: "
     "step_and_maybe_reset; async: async_step_and_maybe_reset_recv(min_get=N/2) then "
-    "_send to the envs received",
+    "async_step_and_maybe_reset_send to the envs received; its processes configured as "
+    "rlpool's (envs_per_worker=ceil(N/cores), exchange='shm')",
     "envpool": "make_gymnasium('Pong-v5', num_envs=N, num_threads=min(cores, N), the frames "
     "below); sync: batch_size=N, step(); async: batch_size=N/2, recv() then send() to the "
     "envs received",
