@@ -17,6 +17,7 @@ copy. The calls are TorchRL's ``AsyncEnvPool``'s.
 
 from rlpool._native import __version__
 from rlpool._pool import AsyncEnvPool, Batch, EnvMaker, TensorDictLike
+from rlpool._pyenv import PyEnvMaker, decode_info, decode_infos, decode_leaf
 from rlpool._tensordict import LazyStackedTensorDict, NestedKey, TensorDict
 from rlpool.errors import (
     Busy,
@@ -41,6 +42,7 @@ __all__ = [
     "LazyStackedTensorDict",
     "NestedKey",
     "PoolError",
+    "PyEnvMaker",
     "ShutDown",
     "StartError",
     "TensorDict",
@@ -48,4 +50,7 @@ __all__ = [
     "Timeout",
     "WorkerDied",
     "__version__",
+    "decode_info",
+    "decode_infos",
+    "decode_leaf",
 ]

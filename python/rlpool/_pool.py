@@ -13,23 +13,29 @@
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
 import sys
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, cast
 
 import numpy as np
 
 from rlpool import _native
+from rlpool._pyenv import MAKER_NAME, Hub, PyEnvMaker, forget_local, local_adapter, maker_kwargs
 from rlpool._tensordict import LazyStackedTensorDict, TensorDict
-from rlpool.errors import InvalidType
+from rlpool.errors import InvalidArgument, InvalidType, ShutDown
 from rlpool.specs import Composite, Stacked, from_description
 
 __all__ = ["AsyncEnvPool", "Batch", "EnvMaker", "TensorDictLike"]
 
-EnvMaker = Union[str, Callable[[], Any]]
-"""An env maker: a registered env name (``"CartPole-v1"``). Callables that
-return a ``gymnasium.Env`` come with Python envs in the workers."""
+EnvMaker = Union[str, Callable[..., Any], PyEnvMaker]
+"""An env maker: a registered env name (``"CartPole-v1"``), a callable
+returning a ``gymnasium.Env`` (called with the env's ``create_env_kwargs``),
+or a :class:`PyEnvMaker`."""
 
 TensorDictLike = Union[TensorDict, Mapping[str, Any]]
 """A :class:`TensorDict`, or a plain (nested) dict of arrays."""
@@ -60,7 +66,14 @@ class AsyncEnvPool:
 
     Args:
         env_makers: one maker per env: a registered env name
-            (``"CartPole-v1"``, ``"Pendulum-v1"``, ...).
+            (``"CartPole-v1"``, ``"Pendulum-v1"``, ...), a callable returning
+            a ``gymnasium.Env`` (called as ``maker(**create_env_kwargs[i])``;
+            with processes it travels to the worker with cloudpickle), or a
+            :class:`PyEnvMaker`. A Python env's tensordicts hold its spaces'
+            leaves under ``"action"`` and ``"observation"`` (a ``Dict`` or
+            ``Tuple`` space nested by key or position), a float64
+            ``"reward"``, the done flags, and ``"info"``: its pickled info
+            dict (:func:`decode_infos`).
         backend: ``"threading"`` (worker threads of this process) or
             ``"multiprocessing"`` (worker processes: this interpreter started
             again, ``python -m rlpool._worker``, never forked).
@@ -77,7 +90,10 @@ class AsyncEnvPool:
         worker_affinity: CPU sets: one list of CPU ids per worker (thread or
             process), or a function of the worker index returning one.
         num_threads: with threads, the number of worker threads (default:
-            one per env, at most the CPUs available).
+            one per env, at most the CPUs available); with processes, the
+            threads that run each worker's envs (default: the worker's CPUs;
+            1 when there are Python envs, which hold the GIL while they
+            step).
         start_timeout: seconds the workers have to start.
 
     Raises:
@@ -101,35 +117,76 @@ class AsyncEnvPool:
         start_timeout: float = 60.0,
     ) -> None:
         given: list[EnvMaker]
-        if isinstance(env_makers, str) or callable(env_makers):
+        if isinstance(env_makers, (str, PyEnvMaker)) or callable(env_makers):
             given = [env_makers]
         else:
             given = list(env_makers)
+        if create_env_kwargs is None or isinstance(create_env_kwargs, Mapping):
+            per_env: list[Any] = [create_env_kwargs] * len(given)
+        else:
+            per_env = list(create_env_kwargs)
+            if len(per_env) != len(given):
+                raise InvalidArgument(
+                    f"create_env_kwargs has {len(per_env)} dicts for {len(given)} envs"
+                )
+        self._token = f"{id(self):x}-{secrets.token_hex(4)}"
+        self._hub: Hub | None = None
+        self._python_envs: list[int] = []
         makers: list[str] = []
+        kwargs: list[Any] = []
         for i, maker in enumerate(given):
             if isinstance(maker, str):
                 makers.append(maker)
-            else:
-                raise InvalidType(
-                    f"env_makers[{i}] is {type(maker).__name__}: this version builds envs by "
-                    "registered name (a str); Python env makers come with Python envs in workers"
+                kwargs.append(per_env[i])
+                continue
+            if not isinstance(maker, PyEnvMaker):
+                if not callable(maker):
+                    raise InvalidType(
+                        f"env_makers[{i}] is {type(maker).__name__}: a maker is a registered "
+                        "env name (str), a callable returning a gymnasium.Env, or a PyEnvMaker"
+                    )
+                maker = PyEnvMaker(maker, per_env[i])
+            elif per_env[i]:
+                maker = PyEnvMaker(
+                    maker.fn,
+                    {**per_env[i], **maker.kwargs},
+                    autoreset=maker.autoreset,
+                    max_info_bytes=maker.max_info_bytes,
                 )
-        if create_env_kwargs is None or isinstance(create_env_kwargs, Mapping):
-            kwargs: list[Any] = [create_env_kwargs] * len(makers)
-        else:
-            kwargs = list(create_env_kwargs)
-        self._native = _native.Pool(
-            makers,
-            kwargs,
-            backend=backend,
-            stack=stack,
-            exchange=exchange,
-            envs_per_worker=envs_per_worker,
-            worker_affinity=worker_affinity,
-            num_threads=num_threads,
-            start_timeout=start_timeout,
-            worker_command=[sys.executable, "-m", "rlpool._worker"],
-        )
+            if backend == "multiprocessing" and self._hub is None:
+                self._hub = Hub()
+            makers.append(MAKER_NAME)
+            kwargs.append(
+                maker_kwargs(
+                    maker,
+                    i,
+                    token=self._token,
+                    hub=self._hub if backend == "multiprocessing" else None,
+                    where=f"env_makers[{i}]",
+                )
+            )
+            self._python_envs.append(i)
+        # Closes the hub and forgets this process's makers however the pool ends.
+        self._finalizer = weakref.finalize(self, _release, self._token, self._hub)
+        if self._python_envs and backend == "multiprocessing" and num_threads is None:
+            # One runner per worker: Python envs hold the GIL while they step.
+            num_threads = 1
+        try:
+            self._native = _native.Pool(
+                makers,
+                kwargs,
+                backend=backend,
+                stack=stack,
+                exchange=exchange,
+                envs_per_worker=envs_per_worker,
+                worker_affinity=worker_affinity,
+                num_threads=num_threads,
+                start_timeout=start_timeout,
+                worker_command=_worker_command(),
+            )
+        except BaseException:
+            self._finalizer()
+            raise
         self._specs: dict[str, Composite | Stacked] | None = None
 
     # -- description -------------------------------------------------------
@@ -346,6 +403,114 @@ class AsyncEnvPool:
         )
         return out
 
+    # -- calls on the Python envs themselves ------------------------------
+
+    def _envs_called(self, env_index: int | Sequence[int] | None) -> list[int]:
+        envs = list(range(self.num_envs)) if env_index is None else _indices(env_index)
+        for env in envs:
+            if not 0 <= env < self.num_envs:
+                raise InvalidArgument(f"env_index {env} is out of range for {self.num_envs} envs")
+            if env not in self._python_envs:
+                raise InvalidArgument(
+                    f"env {env} is the registered env {self.env_names[env]!r}, not a Python "
+                    "env: only Python envs take calls on their attributes"
+                )
+        if self.is_closed:
+            raise ShutDown("the pool is shut down")
+        return envs
+
+    def _request(self, env: int, request: tuple[Any, ...], timeout: float | None) -> Any:
+        timeout = 60.0 if timeout is None else float(timeout)
+        if not timeout > 0:
+            raise InvalidArgument(f"timeout must be a positive number of seconds, got {timeout}")
+        if self._hub is not None:
+            return self._hub.request(env, request, timeout)
+        adapter = local_adapter(self._token, env)
+        if adapter is None:
+            raise ShutDown(f"env {env} is gone (the pool is shut down)")
+        return adapter.handle(request)
+
+    def env_call(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        env_index: int | Sequence[int] | None = None,
+        timeout: float | None = None,
+    ) -> list[Any]:
+        """Calls ``name`` on each Python env of ``env_index`` (default: all)
+        with ``args`` and ``kwargs``, in its worker; an attribute that is not
+        callable is returned as is (Gymnasium's ``call``). The results are in
+        the order of ``env_index``. An env in the middle of a step answers
+        once the step is done; ``timeout`` (seconds, default 60) bounds each
+        env's answer. The env's own exception is raised as is.
+
+        >>> import gymnasium as gym
+        >>> import rlpool
+        >>> with rlpool.AsyncEnvPool([lambda: gym.make("CartPole-v1")] * 2) as pool:
+        ...     pool.env_call("get_wrapper_attr", ("spec",))[0].id
+        'CartPole-v1'
+        """
+        request = ("call", name, tuple(args), dict(kwargs or {}))
+        return [self._request(env, request, timeout) for env in self._envs_called(env_index)]
+
+    def env_get_attr(
+        self,
+        name: str,
+        *,
+        env_index: int | Sequence[int] | None = None,
+        timeout: float | None = None,
+    ) -> list[Any]:
+        """The attribute ``name`` of each Python env of ``env_index``."""
+        return [self._request(env, ("get", name), timeout) for env in self._envs_called(env_index)]
+
+    def env_set_attr(
+        self,
+        name: str,
+        values: Any,
+        *,
+        env_index: int | Sequence[int] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Sets the attribute ``name`` of each Python env of ``env_index``:
+        ``values`` a list or tuple of one value per env, or one value for all."""
+        envs = self._envs_called(env_index)
+        per_env = _per_env("values", values, len(envs), (list, tuple))
+        for env, value in zip(envs, per_env):
+            self._request(env, ("set", name, value), timeout)
+
+    def set_reset_args(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        env_index: int | Sequence[int] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """The seed and options of the next reset of each Python env of
+        ``env_index``: ``env.reset(seed=..., options=...)`` once, then plain
+        resets again. ``seed``: an int or ``None`` for every env, or a list
+        of one per env; ``options``: a dict or ``None``, or a list."""
+        envs = self._envs_called(env_index)
+        seeds = _per_env("seed", seed, len(envs), (list, tuple, np.ndarray))
+        all_options = _per_env("options", options, len(envs), (list, tuple))
+        for env, one_seed, one_options in zip(envs, seeds, all_options):
+            if one_seed is not None and not isinstance(one_seed, (int, np.integer)):
+                raise InvalidType(
+                    f"seed of env {env} must be an int, got {type(one_seed).__name__}"
+                )
+            if one_options is not None and not isinstance(one_options, Mapping):
+                raise InvalidType(
+                    f"options of env {env} must be a dict, got {type(one_options).__name__}"
+                )
+            request = (
+                "reset_args",
+                None if one_seed is None else int(one_seed),
+                None if one_options is None else dict(one_options),
+            )
+            self._request(env, request, timeout)
+
     # -- the rest ----------------------------------------------------------
 
     def stats(self, *, reset: bool = False) -> dict[str, float] | None:
@@ -365,7 +530,10 @@ class AsyncEnvPool:
         stopped, killed after a deadline, and reaped. Later calls raise
         :class:`~rlpool.ShutDown`. Idempotent; also done by ``close``, on
         leaving a ``with`` block, and when the pool is collected."""
-        self._native.shutdown()
+        try:
+            self._native.shutdown()
+        finally:
+            self._finalizer()
 
     def close(self) -> None:
         """The same as :meth:`shutdown` (TorchRL's name)."""
@@ -395,6 +563,39 @@ class AsyncEnvPool:
             f"AsyncEnvPool(num_envs={self.num_envs}, backend={self.backend!r}, "
             f"stack={self.stack!r}, exchange={self.resolved_exchange!r})"
         )
+
+
+def _indices(env_index: int | Sequence[int]) -> list[int]:
+    if isinstance(env_index, (int, np.integer)) and not isinstance(env_index, bool):
+        return [int(env_index)]
+    try:
+        return [int(i) for i in env_index]  # type: ignore[union-attr]
+    except TypeError:
+        raise InvalidType(
+            f"env_index must be an int or a list of ints, got {type(env_index).__name__}"
+        ) from None
+
+
+def _per_env(what: str, value: Any, n: int, sequences: tuple[type, ...]) -> list[Any]:
+    if isinstance(value, sequences):
+        values: list[Any] = list(cast("Sequence[Any]", value))
+        if len(values) != n:
+            raise InvalidArgument(f"{what} has {len(values)} values for {n} envs")
+        return values
+    return [value] * n
+
+
+def _worker_command() -> list[str]:
+    """This interpreter, started as a worker with this process's module
+    search path and working directory (as multiprocessing's spawn does)."""
+    setup = json.dumps({"sys_path": sys.path, "cwd": os.getcwd()})
+    return [sys.executable, "-m", "rlpool._worker", setup]
+
+
+def _release(token: str, hub: Hub | None) -> None:
+    forget_local(token)
+    if hub is not None:
+        hub.close()
 
 
 def _leaf(spec: Composite | Stacked) -> Any:

@@ -350,7 +350,7 @@ pub(crate) fn read_ints(array: &Bound<'_, PyUntypedArray>) -> Option<Vec<i64>> {
 
 /// Copies the elements of a C-contiguous array of exactly `dst.len()`
 /// bytes of data into `dst`.
-fn copy_elements(array: &Bound<'_, PyUntypedArray>, dst: &mut [u8]) {
+pub(crate) fn copy_elements(array: &Bound<'_, PyUntypedArray>, dst: &mut [u8]) {
     debug_assert!(array.is_c_contiguous());
     if dst.is_empty() {
         return;

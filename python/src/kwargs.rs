@@ -78,3 +78,29 @@ fn to_value(value: &Bound<'_, PyAny>) -> Result<KwValue, String> {
     }
     Err(format!("of type {}", type_name(value)))
 }
+
+/// The other way: a registry's [`Kwargs`] as a Python dict (for envs whose
+/// constructor is Python, `rlpool._pyenv.build`).
+pub(crate) fn to_dict<'py>(py: Python<'py>, kwargs: &Kwargs) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    for (key, value) in kwargs.iter() {
+        dict.set_item(key, from_value(py, value)?)?;
+    }
+    Ok(dict)
+}
+
+fn from_value<'py>(py: Python<'py>, value: &KwValue) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        KwValue::Str(s) => s.into_pyobject(py)?.into_any(),
+        KwValue::Int(v) => v.into_pyobject(py)?.into_any(),
+        KwValue::Float(v) => v.into_pyobject(py)?.into_any(),
+        KwValue::Bool(v) => v.into_pyobject(py)?.to_owned().into_any(),
+        KwValue::List(items) => {
+            let items = items
+                .iter()
+                .map(|item| from_value(py, item))
+                .collect::<PyResult<Vec<_>>>()?;
+            PyList::new(py, items)?.into_any()
+        }
+    })
+}

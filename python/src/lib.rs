@@ -11,6 +11,7 @@ mod convert;
 mod errors;
 mod kwargs;
 mod pool;
+mod pyenv;
 mod specs;
 
 /// Runs this process as a worker of a process pool (started by the pool
@@ -43,6 +44,7 @@ fn register_test_envs() {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     register_test_envs();
+    pyenv::register();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("HAS_TEST_ENVS", cfg!(feature = "test-envs"))?;
     m.add_class::<pool::Pool>()?;

@@ -162,7 +162,9 @@ def test_pools_that_cannot_start(make_pool):
     known ones), a constructor that panics, keyword arguments an env does
     not take or of the wrong type or range (``StartError`` naming the env
     and the key); no env or keyword sets of the wrong number
-    (``InvalidArgument``); a keyword value of no env type (``TypeError``)."""
+    (``InvalidArgument``); a keyword value of no env type, a maker that is
+    neither a name nor a callable (``TypeError``); a callable that returns
+    no env (``StartError``)."""
     with pytest.raises(rlpool.StartError) as info:
         make_pool(["CountingEnv", "Nope-v0"])
     for name in ("Nope-v0", "CartPole-v1", "CountingEnv", "LatencyEnv", "Pendulum-v1"):
@@ -188,7 +190,9 @@ def test_pools_that_cannot_start(make_pool):
         make_pool(["CountingEnv"] * 3, create_env_kwargs=[{}, {}])
     with pytest.raises(TypeError, match="start_val"):
         make_pool(["CountingEnv"], create_env_kwargs={"start_val": object()})
-    with pytest.raises(rlpool.InvalidType):
+    with pytest.raises(rlpool.InvalidType, match=r"env_makers\[0\] is int"):
+        make_pool([3])
+    with pytest.raises(rlpool.StartError, match=r"must return a gymnasium\.Env"):
         make_pool([lambda: None])
     # The pool builds and runs afterwards.
     pool = make_pool(["CountingEnv"] * 2)
