@@ -533,6 +533,9 @@ class AsyncEnvPool:
         try:
             self._native.shutdown()
         finally:
+            # With threads, the envs are this process's: closed now, as
+            # worker processes close theirs when they stop.
+            forget_local(self._token, close=True)
             self._finalizer()
 
     def close(self) -> None:

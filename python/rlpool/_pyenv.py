@@ -151,13 +151,16 @@ def maker_kwargs(
     }
 
 
-def forget_local(token: str) -> None:
-    """Drops this process's makers and adapters of the pool ``token``."""
+def forget_local(token: str, *, close: bool = False) -> None:
+    """Drops this process's makers and adapters of the pool ``token``,
+    closing the envs first if ``close``."""
     with _LOCAL_LOCK:
         for key in [k for k in _LOCAL if k.startswith(token + ":")]:
             del _LOCAL[key]
-        for pair in [p for p in _LOCAL_ADAPTERS if p[0] == token]:
-            del _LOCAL_ADAPTERS[pair]
+        adapters = [_LOCAL_ADAPTERS.pop(p) for p in list(_LOCAL_ADAPTERS) if p[0] == token]
+    if close:
+        for adapter in adapters:
+            adapter.close()
 
 
 def local_adapter(token: str, index: int) -> Adapter | None:
@@ -414,6 +417,7 @@ class Adapter:
         self._needs_reset = False
         self._seed: int | None = None
         self._options: dict[str, Any] | None = None
+        self._closed = False
 
     def describe(self) -> tuple[str, list[Leaf], int]:
         """The env's name, its leaves and the room for its infos."""
@@ -488,8 +492,12 @@ class Adapter:
             return value
 
     def close(self) -> None:
-        """Closes the env (when the pool drops it)."""
+        """Closes the env once (at the pool's shutdown with threads, when the
+        pool drops it with processes)."""
         with self.lock:
+            if self._closed:
+                return
+            self._closed = True
             close = getattr(self.env, "close", None)
             if close is not None:
                 close()

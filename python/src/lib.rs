@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 mod array;
 mod convert;
 mod errors;
+mod gil;
 mod kwargs;
 mod pool;
 mod pyenv;

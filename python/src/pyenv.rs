@@ -20,6 +20,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyTuple};
 
 use crate::array::{copy_elements, dtype_of, numpy_name, tensor_from_array};
+use crate::gil::keep_thread_state;
 
 /// The registry name of Python envs: the Python side passes the maker in
 /// the kwargs (`payload`, `index`, `rpc`, `authkey`).
@@ -35,6 +36,7 @@ pub(crate) fn register() {
     // Already registered only if the module was initialised twice in one
     // process (sub-interpreters), where the first registration serves.
     let _ = envs::register(NAME, |kwargs: &Kwargs| {
+        keep_thread_state();
         Python::attach(|py| PyEnv::build(py, kwargs)).map(|env| Box::new(env) as Box<dyn Env>)
     });
 }
@@ -457,6 +459,7 @@ impl Env for PyEnv {
         _input: Option<&TensorDict>,
         out: &mut TensorDict,
     ) -> Result<(), EnvError> {
+        keep_thread_state();
         Python::attach(|py| {
             self.reset_py(py, out)
                 .map_err(|err| failed(py, &self.name, &err))
@@ -464,6 +467,7 @@ impl Env for PyEnv {
     }
 
     fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
+        keep_thread_state();
         Python::attach(|py| {
             self.step_py(py, input, next)
                 .map_err(|err| failed(py, &self.name, &err))

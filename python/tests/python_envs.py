@@ -181,3 +181,15 @@ def where_am_i() -> SpaceEnv:
     env = box_env()
     env.label = f"{os.getpid()}:{os.getcwd()}"
     return env
+
+
+class Closing(SpaceEnv):
+    """A Box env that appends a line to ``path`` when closed."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(box2(), spaces.Discrete(2))
+        self.path = path
+
+    def close(self) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{os.getpid()}\n")

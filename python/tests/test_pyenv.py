@@ -516,3 +516,14 @@ def test_a_segfault_in_an_env_is_a_dead_worker_naming_its_envs(pools, proc_confi
     pool.async_step_send({"action": np.array([0, 0])}, env_index=[2, 3])
     again = pool.async_step_recv(min_get=2, timeout=PATIENCE)
     assert again["next", "reward"][:, 0].tolist() == [2.0, 2.0]
+
+
+def test_shutdown_closes_the_envs(pools, config, tmp_path):
+    log = tmp_path / "closed.txt"
+    pool = pools(
+        [functools.partial(python_envs.Closing, str(log))] * 2,
+        **config.options(),
+    )
+    pool.reset()
+    pool.shutdown()
+    assert wait_until(lambda: log.exists() and len(log.read_text().split()) == 2, 10.0)
