@@ -205,8 +205,10 @@ CONFIGS = {
 # about N/2 envs and sends to the envs received.
 REAL_CONFIGS = {
     "rlpool-python": "rlpool.gymnasium.AsyncVectorEnv(env_fns) where the package has it "
-    "(sync: step(actions of all N); async: recv(min_get=N/2), then send(actions, "
-    "env_id=infos['env_id'])), else rlpool.AsyncEnvPool(env_fns, "
+    "(its defaults: shared memory, the envs spread over one worker process per core; "
+    "sync: step(actions of all N); async: recv(min_get=N/2) (at most every env ready: "
+    "the steps per call are in the JSON), then send(actions, env_id=infos['env_id'])), "
+    "else rlpool.AsyncEnvPool(env_fns, "
     "backend='multiprocessing', exchange='shm', envs_per_worker=ceil(N/cores)) "
     "(sync: step_and_maybe_reset; async: async_step_and_maybe_reset_recv(min_get=N/2), "
     "then async_step_and_maybe_reset_send to the envs received); the row's config says "
