@@ -31,15 +31,30 @@ seconds after a short warm-up. The baseline of each system is its own raw
 loop (the N envs stepped in turn by one thread); the pool overhead per
 env-step is the pool's time per env-step minus the raw loop's.
 
+The workloads come in sets (`run --sets core,python,atari`, default all).
+"core" is the above: rlpool's own Rust envs (CartPole-v1 and a no-op env)
+beside each anchor's cheapest equivalent. "python" and "atari" are issue
+15's real workloads: Gymnasium's Python CartPole-v1, and ALE Pong through
+ale-py with the same frames on every system (PONG_FRAMES), in every pool
+that runs Python envs (rlpool, Gymnasium's AsyncVectorEnv, PufferLib,
+TorchRL) and, for Pong, in EnvPool and ale-py's own vector env; beside the
+machine's bound (cores x one process stepping one env in a plain loop),
+with rlpool's ratio to each and the issue's goals (REAL_GOALS). Each set
+has its own sizes and seconds per measurement unless --sizes/--seconds
+say otherwise.
+
 `plot` redraws the figure from a JSON file; `table` prints its figures as
-Markdown tables (the README's); `spread` prints the Python front's figures
-over several runs' JSON files (median, min and max).
+Markdown tables (the README's and docs/performance.md's, with the goals met
+or not); `spread` prints the Python front's figures and issue 15's over
+several runs' JSON files (median, min and max).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
+import inspect
 import json
 import os
 import platform
@@ -48,9 +63,48 @@ import subprocess
 import sys
 import time
 
-# The workloads. "noop" is the cheapest env each system offers; DESCRIPTIONS
-# says exactly which.
-ENVS = ("CartPole-v1", "noop")
+# The workloads, in sets that `run --sets` picks. "core" (issue 14): rlpool's
+# own Rust envs beside each anchor's cheapest equivalent; "noop" is the
+# cheapest env each system offers. "python" and "atari" (issue 15's real
+# workloads): the same Python envs (Gymnasium's CartPole-v1; ALE Pong through
+# ale-py) in every pool that runs Python envs, and, for Pong, the pools that
+# run ALE in C++. DESCRIPTIONS says exactly what each system runs.
+PY_CARTPOLE = "gym-CartPole-v1"
+PONG = "ALE/Pong-v5"
+SETS = {
+    "core": ("CartPole-v1", "noop"),
+    "python": (PY_CARTPOLE,),
+    "atari": (PONG,),
+}
+ENVS = tuple(env for envs in SETS.values() for env in envs)
+# The issue-15 workloads ("real"), measured by the REAL functions below.
+REAL_ENVS = (PY_CARTPOLE, PONG)
+# Per set: the numbers of envs and the seconds per measurement (both
+# overridden by --sizes and --seconds), and the systems measured, in the
+# order of the first workload (then rotated).
+SET_SIZES = {"core": [2, 8, 32, 64], "python": [8, 32, 64], "atari": [8, 16]}
+SET_SECONDS = {"core": 0.5, "python": 2.0, "atari": 3.0}
+SET_SYSTEMS = {
+    "core": ["gymnasium", "rlpool", "rlpool-python", "envpool", "pufferlib", "torchrl"],
+    "python": ["gymnasium", "rlpool-python", "bound", "pufferlib", "torchrl"],
+    "atari": ["gymnasium", "rlpool-python", "bound", "envpool", "ale-py"],
+}
+# The venv a system runs in, when not its own: the machine's bound runs the
+# env that rlpool's workers run; ale-py's vector env comes with the ale-py
+# that Gymnasium's AsyncVectorEnv steps.
+VENV_OF = {"bound": "rlpool-python", "ale-py": "gymnasium"}
+
+# The frames of the Pong workload, the same on every system: what all four
+# (rlpool and Gymnasium with Python envs, EnvPool, ale-py's vector env) can
+# give identically. EnvPool always takes the max of the last two frames of a
+# skip, so the Python envs do too (MaxPoolAtari below).
+PONG_FRAMES = (
+    "grayscale 210x160 uint8 (no resize), frame skip 4 with the max of the last two "
+    "frames, one frame (no stacking), repeat_action_probability 0.25, minimal "
+    "action set (6), no no-op starts, no fire reset, no reward clipping, no episodic "
+    "life, episodes cut at 108000 frames (27000 steps)"
+)
+PONG_SKIP = 4
 
 # What each system runs for each workload, written into the JSON and printed.
 DESCRIPTIONS = {
@@ -80,7 +134,42 @@ DESCRIPTIONS = {
         "noop": "NoOpEnv (as for gymnasium) wrapped in torchrl GymWrapper",
     },
 }
-DESCRIPTIONS["rlpool-python"] = DESCRIPTIONS["rlpool"]
+DESCRIPTIONS["rlpool-python"] = dict(DESCRIPTIONS["rlpool"])
+PY_CARTPOLE_IMPL = (
+    "gymnasium.make('CartPole-v1') (Python, with make's default wrappers: "
+    "TimeLimit, OrderEnforcing, PassiveEnvChecker)"
+)
+PONG_IMPL = (
+    "MaxPoolAtari (anchors.py) around gymnasium.make('ALE/Pong-v5', "
+    "obs_type='grayscale', frameskip=1, repeat_action_probability=0.25).unwrapped: "
+    f"{PONG_SKIP} ale.act calls per step, the max of the last two grayscale screens, "
+    "ale-py's info (lives, frame numbers)"
+)
+for _system in ("rlpool-python", "gymnasium", "bound", "torchrl", "pufferlib"):
+    DESCRIPTIONS.setdefault(_system, {})[PY_CARTPOLE] = PY_CARTPOLE_IMPL
+DESCRIPTIONS["pufferlib"][PY_CARTPOLE] = (
+    "gymnasium.make('CartPole-v1') (PufferLib's venv: gymnasium 0.29.1) wrapped in "
+    "pufferlib.emulation.GymnasiumPufferEnv"
+)
+DESCRIPTIONS["torchrl"][PY_CARTPOLE] = (
+    "torchrl GymWrapper(gymnasium.make('CartPole-v1')) (the same Python env)"
+)
+for _system in ("rlpool-python", "gymnasium", "bound"):
+    DESCRIPTIONS[_system][PONG] = PONG_IMPL
+DESCRIPTIONS["envpool"][PONG] = (
+    "envpool.make_gymnasium('Pong-v5', img_height=210, img_width=160, gray_scale=True, "
+    "stack_num=1, frame_skip=4, noop_max=1, use_fire_reset=False, episodic_life=False, "
+    "reward_clip=False, repeat_action_probability=0.25, max_episode_steps=27000) (C++ "
+    "ALE; noop_max=1 is EnvPool's least: one no-op frame after each reset; "
+    "observations (1, 210, 160))"
+)
+DESCRIPTIONS["ale-py"] = {
+    PONG: "ale_py.vector_env.AtariVectorEnv('pong', img_height=210, img_width=160, "
+    "grayscale=True, stack_num=1, frameskip=4, maxpool=True, noop_max=0, "
+    "use_fire_reset=False, episodic_life=False, reward_clipping=False, "
+    "repeat_action_probability=0.25, max_num_frames_per_episode=108000) (C++ ALE in "
+    "threads; observations (1, 210, 160))"
+}
 
 # What each system's configurations are, for the JSON and the output.
 CONFIGS = {
@@ -110,6 +199,40 @@ CONFIGS = {
     "env_index=td['env_index'])",
 }
 
+# What each system's configurations are in the "python" and "atari" sets
+# (issue 15). Every pool steps Python envs in processes unless said;
+# sync: every env steps in each iteration; async: the iteration receives
+# about N/2 envs and sends to the envs received.
+REAL_CONFIGS = {
+    "rlpool-python": "rlpool.gymnasium.AsyncVectorEnv(env_fns) where the package has it "
+    "(its defaults: shared memory, the envs spread over one worker process per core; "
+    "sync: step(actions of all N); async: recv(min_get=N/2) (at most every env ready: "
+    "the steps per call are in the JSON), then send(actions, env_id=infos['env_id'])), "
+    "else rlpool.AsyncEnvPool(env_fns, "
+    "backend='multiprocessing', exchange='shm', envs_per_worker=ceil(N/cores)) "
+    "(sync: step_and_maybe_reset; async: async_step_and_maybe_reset_recv(min_get=N/2), "
+    "then async_step_and_maybe_reset_send to the envs received); the row's config says "
+    "which",
+    "gymnasium": "gymnasium.vector.AsyncVectorEnv(env_fns, shared_memory=True) (one process "
+    "per env), step(actions of all N); it cannot receive part of the envs: no async row",
+    "pufferlib": "pufferlib.vector.Multiprocessing, PufferLib's own recommendation: one "
+    "worker per physical core (num_workers=cores), batch_size=N/2, recv then send to the "
+    "envs received (async only)",
+    "torchrl": "torchrl.envs.AsyncEnvPool(env_fns, backend='multiprocessing'); sync: "
+    "step_and_maybe_reset; async: async_step_and_maybe_reset_recv(min_get=N/2) then "
+    "async_step_and_maybe_reset_send to the envs received; its processes configured as "
+    "rlpool's (envs_per_worker=ceil(N/cores), exchange='shm')",
+    "envpool": "make_gymnasium('Pong-v5', num_envs=N, num_threads=min(cores, N), the frames "
+    "below); sync: batch_size=N, step(); async: batch_size=N/2, recv() then send() to the "
+    "envs received",
+    "ale-py": "AtariVectorEnv('pong', num_envs=N, num_threads=min(cores, N), the frames "
+    "below); sync: batch_size=N, step(); async: batch_size=N/2, recv() then send() (to the "
+    "envs received)",
+    "bound": "the machine's bound: cores x the env-steps per second of one process stepping "
+    "one env in a plain Python loop (actions drawn ahead, reset when done), measured in "
+    "rlpool-python's venv (the env rlpool's workers run)",
+}
+
 # Facts about an anchor that a reader of the figures needs.
 NOTES = {
     "pufferlib": "PufferLib 3.0.0 (the newest) does not build on a machine that "
@@ -121,12 +244,26 @@ NOTES = {
     "envpool": "EnvPool's envs are C++; it runs no Python env, so its no-op "
     "workload is its cheapest toy env.",
     "gymnasium": "AsyncVectorEnv runs one process per env (64 processes at N = 64).",
-    "torchrl": "The TorchRL measurements of this driver had not yet been run when "
-    "it was written (torch is a download of several GB): a failure is recorded "
-    "per measurement.",
+    "torchrl": "torch is a download of several GB (PyPI's CUDA build). AsyncEnvPool's "
+    "processes run as rlpool's (envs_per_worker=ceil(N/cores), exchange='shm'): with "
+    "its defaults (one spawned process per env, each importing torch, about 4 s of "
+    "CPU; results through queues, tensors passed as file descriptors: about 50 "
+    "env-steps per second at N = 8) N = 64 took minutes and timed out.",
     "rlpool-python": "The same loops driven from Rust are rlpool's sync-bare and "
     "async-bare rows (rlpool bench --bare); the Python layer's cost is the "
     "difference, per call (one step; or one receive and one send) and per env-step.",
+}
+
+# The same for the python and atari sets.
+REAL_NOTES = {
+    "gymnasium": NOTES["gymnasium"],
+    "pufferlib": NOTES["pufferlib"],
+    "torchrl": NOTES["torchrl"],
+    "envpool": "EnvPool always takes the max of the last two frames of a skip and "
+    "steps one no-op frame after a reset at least (noop_max=1): the Python envs take "
+    "the max too (MaxPoolAtari), the no-op is not copied.",
+    "bound": "Independent of N; measured beside every workload so that each N has "
+    "one taken in the same minute. Assumes the cores scale perfectly.",
 }
 
 # --------------------------------------------------------------------------
@@ -205,6 +342,80 @@ def torchrl_noop():
 
 
 TORCHRL_MAKERS = {"CartPole-v1": torchrl_cartpole, "noop": torchrl_noop}
+
+
+def _max_pool_atari_class():
+    import gymnasium as gym
+    import numpy as np
+
+    class MaxPoolAtari(gym.Env):
+        """An ale-py AtariEnv made with frameskip=1, stepped PONG_SKIP frames per
+        step, observing the max of the last two grayscale screens (EnvPool's
+        frames, and ale-py's vector env's with maxpool=True). The info is
+        AtariEnv's own."""
+
+        def __init__(self, env):
+            self.env = env
+            self.ale = env.ale
+            self.actions = env._action_set
+            self.action_space = env.action_space
+            self.observation_space = gym.spaces.Box(0, 255, (210, 160), np.uint8)
+            self.screens = np.zeros((2, 210, 160), dtype=np.uint8)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            _, info = self.env.reset(seed=seed, options=options)
+            return self.ale.getScreenGrayscale(), info
+
+        def step(self, action):
+            ale = self.ale
+            todo = self.actions[int(action)]
+            reward = 0.0
+            for frame in range(PONG_SKIP):
+                reward += ale.act(todo)
+                if frame >= PONG_SKIP - 2:
+                    ale.getScreenGrayscale(self.screens[frame - PONG_SKIP + 2])
+                if ale.game_over():
+                    break
+            if frame == PONG_SKIP - 1:
+                obs = np.maximum(self.screens[0], self.screens[1])
+            else:
+                obs = ale.getScreenGrayscale()
+            terminated = ale.game_over(with_truncation=False)
+            truncated = ale.game_truncated()
+            info = {
+                "lives": ale.lives(),
+                "episode_frame_number": ale.getEpisodeFrameNumber(),
+                "frame_number": ale.getFrameNumber(),
+            }
+            return obs, reward, terminated, truncated, info
+
+        def close(self):
+            self.env.close()
+
+    return MaxPoolAtari
+
+
+def make_pong():
+    """The Pong workload's env for the Python pools (PONG_FRAMES)."""
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+    inner = gym.make(
+        "ALE/Pong-v5",
+        obs_type="grayscale",
+        frameskip=1,
+        repeat_action_probability=0.25,
+        max_num_frames_per_episode=108000,
+    ).unwrapped
+    return _max_pool_atari_class()(inner)
+
+
+# The makers of the issue-15 workloads' Python envs, and their number of
+# actions (both Discrete).
+REAL_MAKERS = {PY_CARTPOLE: gym_cartpole, PONG: make_pong}
+REAL_ACTIONS = {PY_CARTPOLE: 2, PONG: 6}
 
 
 # --------------------------------------------------------------------------
@@ -370,7 +581,6 @@ def measure_envpool(env, n, seconds):
 
 
 def measure_pufferlib(env, n, seconds):
-    import inspect
 
     import numpy as np
     import pufferlib.vector as pv
@@ -416,8 +626,6 @@ def measure_pufferlib(env, n, seconds):
 
 
 def measure_torchrl(env, n, seconds):
-    from torchrl.envs import AsyncEnvPool
-
     maker = TORCHRL_MAKERS[env]
 
     def raw():
@@ -431,9 +639,42 @@ def measure_torchrl(env, n, seconds):
 
         return timed(step, seconds)
 
-    def pool(backend, min_get):
+    yield guarded("torchrl", env, n, "raw loop", "sync", raw)
+    yield from torchrl_pools(env, n, seconds, [maker] * n, ("threading", "multiprocessing"))
+
+
+def torchrl_options(backend, n):
+    """TorchRL AsyncEnvPool's options for `backend`: its processes
+    configured as rlpool's (ceil(N/cores) envs per worker process, the
+    shared-memory exchange) where the installed TorchRL has those options.
+    With its defaults (one spawned process per env, each importing torch:
+    about 4 s of CPU each; results through queues, tensors passed as file
+    descriptors: tens of env-steps per second), N = 64 took minutes and the
+    measurements timed out."""
+    from torchrl.envs import AsyncEnvPool
+
+    if backend != "multiprocessing":
+        return "AsyncEnvPool threading", {"backend": backend}
+    params = inspect.signature(AsyncEnvPool.__init__).parameters
+    options = {"backend": backend}
+    config = "AsyncEnvPool processes"
+    if "envs_per_worker" in params:
+        options["envs_per_worker"] = -(-n // cores())
+    if "exchange" in params:
+        options["exchange"] = "shm"
+        config += ", shm"
+    return config, options
+
+
+def torchrl_pools(env, n, seconds, makers, backends):
+    """TorchRL's AsyncEnvPool over `makers`: for each backend, the sync loop
+    (step_and_maybe_reset of all N) and the async one (receive min_get = N/2,
+    send to the envs received)."""
+    from torchrl.envs import AsyncEnvPool
+
+    def pool(options, min_get):
         def measure():
-            p = AsyncEnvPool([maker] * n, backend=backend)
+            p = AsyncEnvPool(makers, **options)
             try:
                 root = p.reset()
                 if min_get == n:
@@ -454,18 +695,18 @@ def measure_torchrl(env, n, seconds):
                         p.async_step_and_maybe_reset_send(got)
                         return len(idx)
 
-                return timed(step, seconds)
+                rate, extra = timed_per_call(step, seconds)
+                extra["options"] = {k: v for k, v in options.items() if k != "backend"}
+                return rate, extra
             finally:
                 p.close()
 
         return measure
 
-    yield guarded("torchrl", env, n, "raw loop", "sync", raw)
-    for backend in ("threading", "multiprocessing"):
-        yield guarded("torchrl", env, n, f"AsyncEnvPool {backend}", "sync", pool(backend, n))
-        yield guarded(
-            "torchrl", env, n, f"AsyncEnvPool {backend}", "async", pool(backend, max(n // 2, 1))
-        )
+    for backend in backends:
+        config, options = torchrl_options(backend, n)
+        yield guarded("torchrl", env, n, config, "sync", pool(options, n))
+        yield guarded("torchrl", env, n, config, "async", pool(options, max(n // 2, 1)))
 
 
 def measure_rlpool_python(env, n, seconds):
@@ -532,6 +773,310 @@ def measure_rlpool_python(env, n, seconds):
         yield guarded("rlpool-python", env, n, config, "async", run(options, False))
 
 
+# --------------------------------------------------------------------------
+# The issue-15 workloads ("python" and "atari" sets): Python envs in pools.
+
+
+def real_bound(env, n, seconds):
+    """The machine's bound: cores x the rate of one process stepping one env
+    in a plain loop, actions drawn ahead, reset when done. Independent of N;
+    measured with every workload so that each N has one taken beside it."""
+    import numpy as np
+
+    e = REAL_MAKERS[env]()
+    e.reset(seed=0)
+    actions = np.random.default_rng(0).integers(0, REAL_ACTIONS[env], size=4096).tolist()
+
+    def step():
+        for a in actions[:256]:
+            _, _, terminated, truncated, _ = e.step(a)
+            if terminated or truncated:
+                e.reset()
+        actions.append(actions.pop(0))
+        return 256
+
+    def measure():
+        rate = timed(step, seconds)
+        return rate * cores(), {"one_env_steps_per_second": rate, "cores": cores()}
+
+    yield guarded("bound", env, n, "cores x one env, plain loop", "sync", measure)
+    e.close()
+
+
+def real_gymnasium(env, n, seconds):
+    import gymnasium as gym
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    k = REAL_ACTIONS[env]
+
+    def measure():
+        envs = gym.vector.AsyncVectorEnv([REAL_MAKERS[env]] * n, shared_memory=True)
+        try:
+            envs.reset(seed=0)
+
+            def step():
+                envs.step(rng.integers(0, k, size=n))
+                return n
+
+            return timed_per_call(step, seconds)
+        finally:
+            envs.close()
+
+    yield guarded("gymnasium", env, n, "AsyncVectorEnv", "sync", measure)
+    yield row(
+        "gymnasium",
+        env,
+        n,
+        "AsyncVectorEnv",
+        "async",
+        status="unsupported",
+        error="AsyncVectorEnv.step_wait waits for every env: no receive of part of the envs",
+    )
+
+
+def real_rlpool(env, n, seconds):
+    """rlpool with the Python envs in worker processes, shared memory:
+    rlpool.gymnasium.AsyncVectorEnv where the package has it, else
+    AsyncEnvPool with the contract's options."""
+    import numpy as np
+
+    import rlpool
+
+    rng = np.random.default_rng(0)
+    k = REAL_ACTIONS[env]
+    half = max(n // 2, 1)
+    fns = [REAL_MAKERS[env]] * n
+    try:
+        from rlpool.gymnasium import AsyncVectorEnv
+    except ImportError:
+        AsyncVectorEnv = None
+
+    def vector(sync):
+        def measure():
+            envs = AsyncVectorEnv(fns)
+            try:
+                envs.reset(seed=0)
+                if sync:
+
+                    def step():
+                        envs.step(rng.integers(0, k, size=n))
+                        return n
+                else:
+                    envs.send(rng.integers(0, k, size=n), env_id=np.arange(n))
+
+                    def step():
+                        *_, infos = envs.recv(min_get=half)
+                        ids = infos["env_id"]
+                        envs.send(rng.integers(0, k, size=len(ids)), env_id=ids)
+                        return len(ids)
+
+                rate, extra = timed_per_call(step, seconds)
+            finally:
+                envs.close()
+            extra["rlpool_version"] = rlpool.__version__
+            return rate, extra
+
+        return measure
+
+    def pool(sync):
+        def measure():
+            options = {
+                "backend": "multiprocessing",
+                "exchange": "shm",
+                "envs_per_worker": -(-n // cores()),
+            }
+            with rlpool.AsyncEnvPool(fns, **options) as p:
+                p.reset()
+                if sync:
+
+                    def step():
+                        p.step_and_maybe_reset({"action": rng.integers(0, k, size=n)})
+                        return n
+                else:
+                    p.async_step_and_maybe_reset_send({"action": rng.integers(0, k, size=n)})
+
+                    def step():
+                        td, _ = p.async_step_and_maybe_reset_recv(min_get=half)
+                        ids = td["env_index"]
+                        p.async_step_and_maybe_reset_send(
+                            {"action": rng.integers(0, k, size=len(ids))}, env_index=ids
+                        )
+                        return len(ids)
+
+                rate, extra = timed_per_call(step, seconds)
+                extra["resolved_exchange"] = p.resolved_exchange
+            extra["rlpool_version"] = rlpool.__version__
+            return rate, extra
+
+        return measure
+
+    if AsyncVectorEnv is not None:
+        config, run = "AsyncVectorEnv", vector
+    else:
+        config, run = "AsyncEnvPool processes, shm", pool
+    yield guarded("rlpool-python", env, n, config, "sync", run(True))
+    yield guarded("rlpool-python", env, n, config, "async", run(False))
+
+
+def real_pufferlib(env, n, seconds):
+    import numpy as np
+    import pufferlib.vector as pv
+
+    rng = np.random.default_rng(0)
+    k = REAL_ACTIONS[env]
+    workers = min(cores(), n)
+    batch = max(n // 2, 1)
+
+    def measure():
+        mp = {"num_workers": workers, "batch_size": batch}
+        if "overwork" in inspect.signature(pv.Multiprocessing.__init__).parameters:
+            mp["overwork"] = True
+        vec = pv.make(puffer_cartpole, backend=pv.Multiprocessing, num_envs=n, **mp)
+        try:
+            vec.async_reset(0)
+            ids = vec.recv()[5]
+
+            def step():
+                nonlocal ids
+                vec.send(rng.integers(0, k, size=len(ids)).astype(np.int32))
+                ids = vec.recv()[5]
+                return len(ids)
+
+            return timed_per_call(step, seconds)
+        finally:
+            vec.close()
+
+    yield guarded("pufferlib", env, n, "Multiprocessing", "async", measure)
+
+
+def real_torchrl(env, n, seconds):
+    yield from torchrl_pools(
+        env, n, seconds, [functools.partial(torchrl_real_env, env)] * n, ("multiprocessing",)
+    )
+
+
+def torchrl_real_env(env):
+    from torchrl.envs import GymWrapper
+
+    return GymWrapper(REAL_MAKERS[env]())
+
+
+def real_envpool(env, n, seconds):
+    import envpool
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    k = REAL_ACTIONS[env]
+    frames = dict(
+        img_height=210,
+        img_width=160,
+        gray_scale=True,
+        stack_num=1,
+        frame_skip=PONG_SKIP,
+        noop_max=1,
+        use_fire_reset=False,
+        episodic_life=False,
+        reward_clip=False,
+        repeat_action_probability=0.25,
+        max_episode_steps=108000 // PONG_SKIP,
+    )
+
+    def measure(batch):
+        def run():
+            pool = envpool.make_gymnasium(
+                "Pong-v5",
+                num_envs=n,
+                batch_size=batch,
+                num_threads=min(cores(), n),
+                seed=0,
+                **frames,
+            )
+            try:
+                if batch == n:
+                    pool.reset()
+
+                    def step():
+                        pool.step(rng.integers(0, k, size=n).astype(np.int32))
+                        return n
+                else:
+                    pool.async_reset()
+
+                    def step():
+                        *_, info = pool.recv()
+                        ids = info["env_id"]
+                        pool.send(rng.integers(0, k, size=len(ids)).astype(np.int32), ids)
+                        return len(ids)
+
+                return timed_per_call(step, seconds)
+            finally:
+                pool.close()
+
+        return run
+
+    yield guarded("envpool", env, n, "EnvPool", "sync", measure(n))
+    yield guarded("envpool", env, n, "EnvPool", "async", measure(max(n // 2, 1)))
+
+
+def real_ale(env, n, seconds):
+    import numpy as np
+    from ale_py.vector_env import AtariVectorEnv
+
+    rng = np.random.default_rng(0)
+    k = REAL_ACTIONS[env]
+    frames = dict(
+        img_height=210,
+        img_width=160,
+        grayscale=True,
+        stack_num=1,
+        frameskip=PONG_SKIP,
+        maxpool=True,
+        noop_max=0,
+        use_fire_reset=False,
+        episodic_life=False,
+        reward_clipping=False,
+        repeat_action_probability=0.25,
+        max_num_frames_per_episode=108000,
+    )
+
+    def measure(batch):
+        def run():
+            vec = AtariVectorEnv(
+                "pong", num_envs=n, batch_size=batch, num_threads=min(cores(), n), **frames
+            )
+            try:
+                _, info = vec.reset(seed=0)
+                got = len(info["env_id"])
+
+                def step():
+                    nonlocal got
+                    # send() steps the envs of the last batch received.
+                    vec.send(rng.integers(0, k, size=got))
+                    *_, info = vec.recv()
+                    got = len(info["env_id"])
+                    return got
+
+                return timed_per_call(step, seconds)
+            finally:
+                vec.close()
+
+        return run
+
+    yield guarded("ale-py", env, n, "AtariVectorEnv", "sync", measure(n))
+    yield guarded("ale-py", env, n, "AtariVectorEnv", "async", measure(max(n // 2, 1)))
+
+
+REAL = {
+    "rlpool-python": real_rlpool,
+    "gymnasium": real_gymnasium,
+    "pufferlib": real_pufferlib,
+    "torchrl": real_torchrl,
+    "envpool": real_envpool,
+    "ale-py": real_ale,
+    "bound": real_bound,
+}
+
+
 MEASURE = {
     "rlpool-python": measure_rlpool_python,
     "gymnasium": measure_gymnasium,
@@ -543,7 +1088,8 @@ MEASURE = {
 
 def cmd_measure(args):
     """One system, one workload: one JSON line per measurement."""
-    for r in MEASURE[args.system](args.env, args.num_envs, args.seconds):
+    measure = REAL if args.env in REAL_ENVS else MEASURE
+    for r in measure[args.system](args.env, args.num_envs, args.seconds):
         print(json.dumps(r), flush=True)
 
 
@@ -556,7 +1102,9 @@ def cmd_measure(args):
 # gives alternatives, tried in turn until one installs; every failure is
 # recorded.
 VENVS = {
-    "gymnasium": ["gymnasium"],
+    # ale-py for the Pong workload: Gymnasium's AsyncVectorEnv steps its
+    # Python env, and its own vector env (system "ale-py") runs from here.
+    "gymnasium": ["gymnasium==1.4.0", "ale-py==0.12.1"],
     "envpool": ["envpool"],
     # PufferLib 3.0.0, the newest, is a source package whose build downloads
     # raylib and box2d from GitHub (for its Ocean C envs), which a machine
@@ -567,8 +1115,17 @@ VENVS = {
     "pufferlib": [["pufferlib", "pufferlib==1.0.1"], "psutil", "filelock"],
     "torchrl": ["torch", "torchrl", "gymnasium"],
     "plot": ["matplotlib"],
-    # Then rlpool itself from this repository (install_repo, every run).
-    "rlpool-python": ["maturin", "numpy"],
+    # Then rlpool itself from this repository (install_repo, every run);
+    # the Python envs of the python and atari sets need gymnasium,
+    # cloudpickle (the makers travel to the workers with it) and ale-py,
+    # pinned as python/requirements-dev.txt pins them.
+    "rlpool-python": [
+        "maturin",
+        "numpy",
+        "gymnasium==1.4.0",
+        "cloudpickle==3.1.3",
+        "ale-py==0.12.1",
+    ],
 }
 IMPORTS = {
     "gymnasium": "gymnasium",
@@ -581,6 +1138,9 @@ IMPORTS = {
 # Versions recorded from each venv.
 REPORTED = [
     "gymnasium",
+    "ale-py",
+    "cloudpickle",
+    "tensordict",
     "envpool",
     "pufferlib",
     "torch",
@@ -829,11 +1389,18 @@ def run_anchor(python, system, env, n, seconds):
         str(seconds),
     ]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120 + 20 * seconds)
+        # Pools of Python envs start a process per env (AsyncVectorEnv) or
+        # import torch in each worker (TorchRL): the startup grows with N.
+        timeout = 120 + 20 * seconds + 3 * n
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as err:
         out = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
         rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-        rows.append(row(system, env, n, "(the rest)", "-", status="failed", error="timed out"))
+        rows.append(
+            row(
+                system, env, n, "(the rest)", "-", status="failed", error=f"timed out ({timeout} s)"
+            )
+        )
         return rows
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0:
@@ -1108,6 +1675,198 @@ def goal_lines(goals_):
     return lines
 
 
+# Issue 15's goals for rlpool driven from Python with Python envs: per
+# workload, the sizes judged (None: every size measured) and, per anchor
+# system, the least ratio of rlpool's rate to the anchor's.
+REAL_GOALS = {
+    PY_CARTPOLE: {"sizes": [32], "targets": {"gymnasium": 5.0, "pufferlib": 1.5, "bound": 0.8}},
+    PONG: {"sizes": None, "targets": {"gymnasium": 1.5, "envpool": 0.8}},
+}
+
+
+def real_comparisons(rows):
+    """For each issue-15 workload, N and rlpool-python loop (sync, async):
+    rlpool's rate over each other system's. An anchor is compared in the
+    same loop when it has one, else in the loop it has (Gymnasium's
+    AsyncVectorEnv: sync only; PufferLib: async only; the bound: one).
+    Where REAL_GOALS names the anchor and the size, the goal and whether
+    it is met."""
+    ok = [r for r in rows if r["status"] == "ok" and r["num_envs"] and r["env"] in REAL_ENVS]
+    out = []
+    for py in ok:
+        if py["system"] != "rlpool-python":
+            continue
+        env, n = py["env"], py["num_envs"]
+        others = {}
+        for r in ok:
+            if r["env"] != env or r["num_envs"] != n or r["system"] == "rlpool-python":
+                continue
+            have = others.get((r["system"], r["config"]))
+            if have is None or (r["mode"] == py["mode"] and have["mode"] != py["mode"]):
+                others[(r["system"], r["config"])] = r
+        goal = REAL_GOALS.get(env, {})
+        for (system, config), r in sorted(others.items()):
+            entry = {
+                "env": env,
+                "num_envs": n,
+                "rlpool_config": py["config"],
+                "mode": py["mode"],
+                "system": system,
+                "config": config,
+                "against_mode": r["mode"],
+                "rlpool_steps_per_second": py["steps_per_second"],
+                "steps_per_second": r["steps_per_second"],
+                "ratio": py["steps_per_second"] / r["steps_per_second"],
+            }
+            target = goal.get("targets", {}).get(system)
+            sizes = goal.get("sizes")
+            if target is not None and (sizes is None or n in sizes):
+                entry["goal"] = target
+                entry["met"] = entry["ratio"] >= target
+            out.append(entry)
+    order = {s: i for i, s in enumerate(REAL_SYSTEM_ORDER)}
+    out.sort(
+        key=lambda e: (
+            REAL_ENVS.index(e["env"]),
+            e["num_envs"],
+            {"sync": 0, "async": 1}.get(e["mode"], 9),
+            order.get(e["system"], 99),
+        )
+    )
+    return out
+
+
+def ratio_text(system, ratio):
+    """rlpool's rate over a system's: a percentage of the machine's bound,
+    else a factor."""
+    return f"{ratio:.0%}" if system == "bound" else f"{ratio:.2f}x"
+
+
+def goal_text(system, goal):
+    return f"{goal:.0%}" if system == "bound" else f"{goal:g}x"
+
+
+def against_text(system, config):
+    return "the machine's bound" if system == "bound" else f"{system} {config}"
+
+
+def real_goal_lines(comparisons):
+    """The goals of issue 15 that the run could judge, one line each."""
+    lines = []
+    for e in comparisons:
+        if "goal" not in e:
+            continue
+        verdict = "met" if e["met"] else "NOT MET"
+        where = f"{e['env']}, N = {e['num_envs']}"
+        if e["system"] == "bound":
+            lines.append(
+                f"{verdict}: rlpool {e['mode']} >= {e['goal']:.0%} of the machine's bound, "
+                f"{where}: {e['ratio']:.0%}"
+            )
+        else:
+            lines.append(
+                f"{verdict}: rlpool {e['mode']} >= {e['goal']:g}x {e['system']} {e['config']} "
+                f"({e['against_mode']}), {where}: {e['ratio']:.2f}x"
+            )
+    return lines
+
+
+def real_tables(doc):
+    """The issue-15 workloads as Markdown: per workload, the env-steps per
+    second of every system (one column per N), then rlpool's rate over each
+    other system's with the goals."""
+    rows = [r for r in doc["measurements"] if r["env"] in REAL_ENVS and r["num_envs"]]
+    comparisons = real_comparisons(doc["measurements"])
+    lines = []
+    for env in REAL_ENVS:
+        mine = [r for r in rows if r["env"] == env]
+        if not mine:
+            continue
+        sizes = sizes_of(doc, env)
+        lines.append(f"{REAL_TITLES[env]}: env-steps per second\n")
+        lines.append(
+            "| system | configuration | mode | " + " | ".join(f"N = {n}" for n in sizes) + " |"
+        )
+        lines.append("|---|---|---|" + "---|" * len(sizes))
+        cells = {}
+        for r in mine:
+            if r["status"] == "ok":
+                text = si(r["steps_per_second"])
+            elif r["status"] == "unsupported":
+                continue
+            else:
+                text = r["status"]
+            cells.setdefault((r["system"], r["config"], r["mode"]), {})[r["num_envs"]] = text
+        order = {s: i for i, s in enumerate(REAL_SYSTEM_ORDER)}
+        modes = {"sync": 0, "async": 1}
+        for key in sorted(
+            cells, key=lambda k: (order.get(k[0], 99), k[1], modes.get(k[2], 9), k[2])
+        ):
+            system, config, mode = key
+            lines.append(
+                f"| {system} | {config} | {mode} | "
+                + " | ".join(cells[key].get(n, "-") for n in sizes)
+                + " |"
+            )
+        lines.append("")
+        failed = [r for r in mine if r["status"] not in ("ok", "unsupported")]
+        for r in failed:
+            why = (r["error"] or "").strip().splitlines() or [""]
+            lines.append(
+                f"- {r['system']} {r['config']} {r['mode']}, N = {r['num_envs']}: "
+                f"{r['status']}: {why[-1]}"
+            )
+        if failed:
+            lines.append("")
+        mine_cmp = [e for e in comparisons if e["env"] == env]
+        if mine_cmp:
+            lines.append(f"{REAL_TITLES[env]}: rlpool's rate over each other system's\n")
+            lines.append(
+                "| rlpool loop | against | its loop | "
+                + " | ".join(f"N = {n}" for n in sizes)
+                + " | goal |"
+            )
+            lines.append("|---|---|---|" + "---|" * len(sizes) + "---|")
+            by_key = {}
+            for e in mine_cmp:
+                key = (e["mode"], e["system"], e["config"], e["against_mode"])
+                by_key.setdefault(key, {})[e["num_envs"]] = e
+            for key in sorted(
+                by_key, key=lambda k: (modes.get(k[0], 9), order.get(k[1], 99), k[2])
+            ):
+                mode, system, config, against = key
+                goal = "-"
+                texts = []
+                for n in sizes:
+                    e = by_key[key].get(n)
+                    if e is None:
+                        texts.append("-")
+                        continue
+                    text = ratio_text(system, e["ratio"])
+                    if "goal" in e:
+                        text += " (met)" if e["met"] else " (NOT met)"
+                        judged = REAL_GOALS[env]["sizes"]
+                        goal = f">= {goal_text(system, e['goal'])}" + (
+                            f" at N = {', '.join(map(str, judged))}" if judged else ""
+                        )
+                    texts.append(text)
+                lines.append(
+                    f"| {mode} | {against_text(system, config)} | {against} | "
+                    + " | ".join(texts)
+                    + f" | {goal} |"
+                )
+            lines.append("")
+    return lines
+
+
+def sizes_of(doc, env):
+    """The numbers of envs measured for `env` in the run of `doc`."""
+    for name, envs in SETS.items():
+        if env in envs and name in (doc.get("sets") or {}):
+            return doc["sets"][name]["sizes"]
+    return doc["sizes"]
+
+
 def human_ns(ns):
     if ns is None:
         return "-"
@@ -1135,35 +1894,87 @@ def print_rows(rows):
             )
 
 
+# How the run measures, written into the JSON.
+METHOD = (
+    "For each workload (env, N), each system in turn, the order rotated "
+    "by one place from one workload to the next. A measurement is the "
+    "env-steps per second of a loop that draws fresh random actions "
+    "(numpy, or rlpool's action spec), sends them and receives the "
+    "results, for the given seconds after a warm-up of a tenth of that. "
+    "raw loop: the N envs stepped in turn by one thread (EnvPool: a "
+    "1-env pool; rlpool: step_into on reused buffers, with 64 random "
+    "actions per env drawn ahead and used in turn). "
+    "overhead_ns_per_env_step = ns per env-step of the pool minus that "
+    "of the same system's raw loop of the same workload (rlpool-python: "
+    "rlpool's). python_front: each rlpool-python measurement beside the "
+    "same loop driven from Rust (rlpool bench --bare: sync-bare, "
+    "async-bare) and EnvPool's (sync: step of all N; async: batch_size = "
+    "N/2, recv then send to the envs received). A call is one loop "
+    "iteration: one step_and_maybe_reset (sync), or one receive and one "
+    "send (async). python_layer_us_per_call = Python's time per "
+    "iteration minus Rust's; python_layer_ns_per_env_step = the same per "
+    f"env-step; the goal: at most {LAYER_US_PER_CALL:g} us per pool call "
+    f"(1 sync, 2 async) plus {LAYER_NS_PER_STEP:g} ns per env-step; and "
+    f"rlpool-python at least {SPEED_GOAL:g}x EnvPool's rate on "
+    "CartPole-v1 at N = 64. The layer goal is judged without the draws: "
+    "draw_ns_per_call is the time of drawing one call's actions alone "
+    "(numpy's rng.integers in Python; the action spec's sampling and a "
+    "row gather in Rust), python_layer_us_per_call_without_draws = "
+    "python_layer_us_per_call - Python's draw + Rust's draw."
+    " The python and atari sets (issue 15): the same Python envs (REAL_MAKERS) in "
+    "every pool that runs Python envs, the actions drawn by numpy; the bound: "
+    "cores x one process stepping one env in a plain loop (actions drawn ahead, "
+    "reset when done), measured beside each workload; real_comparisons: "
+    "rlpool-python's rate over each other system's, in the same loop where that "
+    "system has it, with issue 15's goals (REAL_GOALS)."
+)
+
+
 def cmd_run(args):
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     started = time.perf_counter()
-    anchors = ["rlpool-python", "gymnasium", "envpool", "pufferlib"] + (
-        ["torchrl"] if args.with_torchrl else []
-    )
+    sets = args.sets
+    if "core" in sets and not args.rlpool:
+        sys.exit("anchors.py run: the core set needs --rlpool (the rlpool binary)")
+    plan = {
+        name: {
+            "envs": list(SETS[name]),
+            "sizes": args.sizes or SET_SIZES[name],
+            "seconds": args.seconds if args.seconds is not None else SET_SECONDS[name],
+            "systems": [
+                system for system in SET_SYSTEMS[name] if system != "torchrl" or args.with_torchrl
+            ],
+        }
+        for name in sets
+    }
+    # The systems of the sets chosen, each once, in the sets' order; the
+    # venvs they run in (rlpool from Rust needs none).
+    systems = list(dict.fromkeys(x for name in sets for x in plan[name]["systems"]))
+    anchors = list(dict.fromkeys(VENV_OF.get(x, x) for x in systems if x != "rlpool"))
 
     installs = {name: ensure(args.venvs, name) for name in [*anchors, "plot"]}
-    available = {name: installs[name]["status"] == "ok" for name in anchors}
-    for name in anchors:
-        if not available[name]:
-            print(f"anchors: {name} is NOT measured: {installs[name]['status']}", flush=True)
+    available = {x: x == "rlpool" or installs[VENV_OF.get(x, x)]["status"] == "ok" for x in systems}
+    for x in systems:
+        if not available[x]:
+            venv = VENV_OF.get(x, x)
+            print(f"anchors: {x} is NOT measured: {venv}: {installs[venv]['status']}", flush=True)
 
-    # rlpool from Rust and from Python side by side, so that the difference
-    # of the two sees the machine in one state as far as can be.
-    order = ["gymnasium", "rlpool", "rlpool-python", "envpool", "pufferlib"] + (
-        ["torchrl"] if args.with_torchrl else []
+    rlpool_version = (
+        subprocess.run([args.rlpool, "--version"], capture_output=True, text=True).stdout.strip()
+        if args.rlpool
+        else None
     )
-    rlpool_version = subprocess.run(
-        [args.rlpool, "--version"], capture_output=True, text=True
-    ).stdout.strip()
+    core = plan.get("core")
     doc = {
         "command": args.command,
         "date": now(),
         "machine": machine(),
         "load_before": load(),
         "uptime_before": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-        "seconds_per_measurement": args.seconds,
-        "sizes": args.sizes,
+        "sets": plan,
+        # The core set's (the plot and tables of issue 14's runs read these).
+        "seconds_per_measurement": core["seconds"] if core else None,
+        "sizes": core["sizes"] if core else None,
         "versions": {
             "rlpool": rlpool_version,
             "git_commit": args.git_commit,
@@ -1173,97 +1984,94 @@ def cmd_run(args):
         },
         "installs": installs,
         "systems": {
-            name: {
-                "measured": name == "rlpool" or available[name],
-                "configs": CONFIGS[name],
-                "envs": DESCRIPTIONS[name],
-                "note": NOTES.get(name),
+            x: {
+                "measured": available[x],
+                "venv": None if x == "rlpool" else VENV_OF.get(x, x),
+                "configs": CONFIGS.get(x) if core else None,
+                "real_configs": REAL_CONFIGS.get(x),
+                "envs": DESCRIPTIONS[x],
+                "note": NOTES.get(x) if core else None,
+                "real_note": REAL_NOTES.get(x),
             }
-            for name in order
+            for x in systems
         },
-        "method": (
-            "For each workload (env, N), each system in turn, the order rotated "
-            "by one place from one workload to the next. A measurement is the "
-            "env-steps per second of a loop that draws fresh random actions "
-            "(numpy, or rlpool's action spec), sends them and receives the "
-            "results, for the given seconds after a warm-up of a tenth of that. "
-            "raw loop: the N envs stepped in turn by one thread (EnvPool: a "
-            "1-env pool; rlpool: step_into on reused buffers, with 64 random "
-            "actions per env drawn ahead and used in turn). "
-            "overhead_ns_per_env_step = ns per env-step of the pool minus that "
-            "of the same system's raw loop of the same workload (rlpool-python: "
-            "rlpool's). python_front: each rlpool-python measurement beside the "
-            "same loop driven from Rust (rlpool bench --bare: sync-bare, "
-            "async-bare) and EnvPool's (sync: step of all N; async: batch_size = "
-            "N/2, recv then send to the envs received). A call is one loop "
-            "iteration: one step_and_maybe_reset (sync), or one receive and one "
-            "send (async). python_layer_us_per_call = Python's time per "
-            "iteration minus Rust's; python_layer_ns_per_env_step = the same per "
-            f"env-step; the goal: at most {LAYER_US_PER_CALL:g} us per pool call "
-            f"(1 sync, 2 async) plus {LAYER_NS_PER_STEP:g} ns per env-step; and "
-            f"rlpool-python at least {SPEED_GOAL:g}x EnvPool's rate on "
-            "CartPole-v1 at N = 64. The layer goal is judged without the draws: "
-            "draw_ns_per_call is the time of drawing one call's actions alone "
-            "(numpy's rng.integers in Python; the action spec's sampling and a "
-            "row gather in Rust), python_layer_us_per_call_without_draws = "
-            "python_layer_us_per_call - Python's draw + Rust's draw."
-        ),
+        "pong_frames": PONG_FRAMES if "atari" in sets else None,
+        "method": METHOD,
         "measurements": [],
     }
-    for name in anchors:
-        if not available[name]:
+    for x in systems:
+        if not available[x]:
             doc["measurements"].append(
                 row(
-                    name,
-                    "CartPole-v1",
+                    x,
+                    plan[next(name for name in sets if x in plan[name]["systems"])]["envs"][0],
                     None,
                     "(all)",
                     "-",
-                    status=installs[name]["status"],
-                    error=installs[name].get("error"),
+                    status=installs[VENV_OF.get(x, x)]["status"],
+                    error=installs[VENV_OF.get(x, x)].get("error"),
                 )
             )
 
-    measured = [name for name in order if name == "rlpool" or available[name]]
-    print(
-        f"anchors: measuring {', '.join(measured)}; N in {args.sizes}; "
-        f"{args.seconds} s per measurement",
-        flush=True,
-    )
-    for name in measured:
-        print(f"  {name}: {CONFIGS[name]}")
-        if name in NOTES:
-            print(f"    note: {NOTES[name]}")
-        for env in ENVS:
-            print(f"    {env}: {DESCRIPTIONS[name][env]}")
+    for name in sets:
+        measured = [x for x in plan[name]["systems"] if available[x]]
+        print(
+            f"anchors: set {name}: measuring {', '.join(measured)}; N in "
+            f"{plan[name]['sizes']}; {plan[name]['seconds']} s per measurement",
+            flush=True,
+        )
+        for x in measured:
+            config = CONFIGS.get(x) if name == "core" else REAL_CONFIGS.get(x)
+            print(f"  {x}: {config}")
+            note = NOTES.get(x) if name == "core" else REAL_NOTES.get(x)
+            if note:
+                print(f"    note: {note}")
+            for env in SETS[name]:
+                print(f"    {env}: {DESCRIPTIONS[x][env]}")
+        if name == "atari":
+            print(f"  the frames, on every system: {PONG_FRAMES}")
     workload = 0
-    for env in ENVS:
-        for n in args.sizes:
-            k = workload % len(measured)
-            turn = measured[k:] + measured[:k]
-            workload += 1
-            print(f"== {env}, {n} envs (order: {', '.join(turn)})", flush=True)
-            for name in turn:
-                if name == "rlpool":
-                    got = run_rlpool(args.rlpool, env, n, args.seconds)
-                else:
-                    got = run_anchor(venv_python(args.venvs, name), name, env, n, args.seconds)
-                doc["measurements"].extend(got)
-                add_overheads(doc["measurements"])
-                print_rows(got)
+    for name in sets:
+        measured = [x for x in plan[name]["systems"] if available[x]]
+        seconds = plan[name]["seconds"]
+        for env in SETS[name]:
+            for n in plan[name]["sizes"]:
+                k = workload % len(measured)
+                turn = measured[k:] + measured[:k]
+                workload += 1
+                print(f"== {env}, {n} envs (order: {', '.join(turn)})", flush=True)
+                for x in turn:
+                    if x == "rlpool":
+                        got = run_rlpool(args.rlpool, env, n, seconds)
+                    else:
+                        python = venv_python(args.venvs, VENV_OF.get(x, x))
+                        got = run_anchor(python, x, env, n, seconds)
+                    doc["measurements"].extend(got)
+                    add_overheads(doc["measurements"])
+                    print_rows(got)
     add_overheads(doc["measurements"])
-    doc["python_front"] = python_front(doc["measurements"])
-    doc["python_front_fit"] = front_fit(doc["python_front"])
-    doc["goals"] = goals(doc["python_front"])
-    print(
-        "rlpool from Python beside rlpool from Rust (the same loop) and EnvPool; the Python "
-        "layer's cost per call (sync: one step; async: one receive and one send) and per env-step:",
-        flush=True,
-    )
-    for line in front_lines(doc, markdown=False):
-        print(line, flush=True)
-    for line in goal_lines(doc["goals"]):
-        print(f"  {line}", flush=True)
+    if core:
+        doc["python_front"] = python_front(doc["measurements"])
+        doc["python_front_fit"] = front_fit(doc["python_front"])
+        doc["goals"] = goals(doc["python_front"])
+        print(
+            "rlpool from Python beside rlpool from Rust (the same loop) and EnvPool; the Python "
+            "layer's cost per call (sync: one step; async: one receive and one send) and per "
+            "env-step:",
+            flush=True,
+        )
+        for line in front_lines(doc, markdown=False):
+            print(line, flush=True)
+        for line in goal_lines(doc["goals"]):
+            print(f"  {line}", flush=True)
+    if any(name != "core" for name in sets):
+        doc["real_comparisons"] = real_comparisons(doc["measurements"])
+        doc["real_goals"] = [e for e in doc["real_comparisons"] if "goal" in e]
+        print("rlpool with Python envs beside the others (issue 15):", flush=True)
+        for line in real_tables(doc):
+            print(f"  {line}", flush=True)
+        for line in real_goal_lines(doc["real_comparisons"]):
+            print(f"  {line}", flush=True)
     doc["load_after"] = load()
     doc["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     doc["run_seconds"] = round(time.perf_counter() - started, 1)
@@ -1303,8 +2111,23 @@ def cmd_run(args):
 
 # The order of the systems in the tables.
 SYSTEM_ORDER = ["gymnasium", "rlpool", "rlpool-python", "envpool", "pufferlib", "torchrl"]
+REAL_SYSTEM_ORDER = [
+    "rlpool-python",
+    "bound",
+    "gymnasium",
+    "pufferlib",
+    "torchrl",
+    "envpool",
+    "ale-py",
+]
+REAL_TITLES = {
+    PY_CARTPOLE: "Gymnasium's CartPole-v1 (a Python env, gymnasium.make's default wrappers)",
+    PONG: f"ALE/Pong-v5 through ale-py ({PONG_FRAMES})",
+}
 
 COLORS = {
+    "bound": "black",
+    "ale-py": "tab:cyan",
     "rlpool": "tab:red",
     "rlpool-python": "tab:brown",
     "gymnasium": "tab:blue",
@@ -1323,16 +2146,20 @@ def plot(doc, path):
     import matplotlib.pyplot as plt
 
     ok = [r for r in doc["measurements"] if r["status"] == "ok" and r["num_envs"]]
-    fig, axes = plt.subplots(2, 2, figsize=(13, 10), sharex=True)
-    for i, env in enumerate(ENVS):
+    # One row of panels per workload measured: sync, async.
+    envs = [env for env in ENVS if any(r["env"] == env for r in ok)]
+    fig, axes = plt.subplots(len(envs), 2, figsize=(13, 5 * len(envs)), squeeze=False)
+    for i, env in enumerate(envs):
+        sizes = sizes_of(doc, env)
         for j, mode in enumerate(("sync", "async")):
             ax = axes[i][j]
             lines = {}
             for r in ok:
                 if r["env"] != env:
                     continue
-                raw = r["config"].startswith("raw loop")
-                if raw and mode != "sync":
+                # Raw loops and the machine's bound: dotted, in both panels.
+                raw = r["config"].startswith("raw loop") or r["system"] == "bound"
+                if raw and mode != "sync" and r["system"] != "bound":
                     continue
                 if not raw and r["mode"] != mode:
                     continue
@@ -1342,7 +2169,7 @@ def plot(doc, path):
             per_system = {}
             for (system, config), points in sorted(lines.items()):
                 points.sort()
-                raw = config.startswith("raw loop")
+                raw = config.startswith("raw loop") or system == "bound"
                 k = per_system.setdefault(system, [])
                 if not raw:
                     k.append(config)
@@ -1360,8 +2187,8 @@ def plot(doc, path):
                 )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            ax.set_xticks(doc["sizes"])
-            ax.set_xticklabels([str(s) for s in doc["sizes"]])
+            ax.set_xticks(sizes)
+            ax.set_xticklabels([str(n) for n in sizes])
             title = (
                 "synchronous (all N per step)"
                 if mode == "sync"
@@ -1369,7 +2196,7 @@ def plot(doc, path):
             )
             ax.set_title(f"{env}: {title}", fontsize=10)
             ax.grid(True, which="both", alpha=0.3)
-            if i == 1:
+            if i == len(envs) - 1:
                 ax.set_xlabel("number of envs N")
             if j == 0:
                 ax.set_ylabel("env-steps per second")
@@ -1380,7 +2207,10 @@ def plot(doc, path):
         f"rlpool and its anchors: {m.get('cores')} cores, {m.get('cpu', '')}, {doc['date'][:10]}; "
         f"load {doc['load_before']['load_1m']:.1f} before, "
         f"{doc.get('load_after', {}).get('load_1m', float('nan')):.1f} after; "
-        f"{doc['seconds_per_measurement']} s per point; dotted: raw loops"
+        "s per point: "
+        + ", ".join(f"{k} {v['seconds']:g}" for k, v in (doc.get("sets") or {}).items())
+        + (f"{doc['seconds_per_measurement']}" if "sets" not in doc else "")
+        + "; dotted: raw loops, the machine's bound"
         + (f"; NOT INSTALLED: {', '.join(missing)}" if missing else ""),
         fontsize=10,
     )
@@ -1403,15 +2233,26 @@ def si(rate):
 
 
 def cmd_table(args):
-    """The figures of a run as Markdown tables (one per env) for the README:
-    env-steps per second, and the pool overhead per env-step in brackets."""
+    """The figures of a run as Markdown tables for the README and
+    docs/performance.md: for the core set, one per env, env-steps per second
+    and the pool overhead per env-step in brackets; for the python and
+    atari sets, each workload's rates and rlpool's ratios with the goals."""
     with open(args.json) as f:
         doc = json.load(f)
-    sizes = doc["sizes"]
+    m = doc["machine"]
+    print(
+        f"`{doc['command']}` at commit {doc['versions'].get('git_commit')}, {doc['date'][:16]}, "
+        f"{m.get('cores')} cores ({m.get('cpu', '')}); load average "
+        f"{doc['load_before']['load_1m']:.1f} before, "
+        f"{doc.get('load_after', {}).get('load_1m', float('nan')):.1f} after\n"
+    )
     for r in doc["measurements"]:
         if not r["num_envs"]:
             print(f"{r['system']}: NOT MEASURED ({r['status']}): {r['error']}\n")
-    for env in ENVS:
+    for env in SETS["core"]:
+        if not any(r["env"] == env and r["num_envs"] for r in doc["measurements"]):
+            continue
+        sizes = sizes_of(doc, env)
         cells = {}
         for r in doc["measurements"]:
             if r["env"] != env or not r["num_envs"]:
@@ -1451,6 +2292,11 @@ def cmd_table(args):
         print()
         for line in goal_lines(doc.get("goals") or []):
             print(f"- {line}")
+        print()
+    for line in real_tables(doc):
+        print(line)
+    for line in real_goal_lines(real_comparisons(doc["measurements"])):
+        print(f"- {line}")
 
 
 SPREAD = [
@@ -1464,20 +2310,28 @@ SPREAD = [
 ]
 
 
+def median(values):
+    values = sorted(values)
+    half = len(values) // 2
+    return values[half] if len(values) % 2 else (values[half - 1] + values[half]) / 2
+
+
+def median_text(values, fmt):
+    """median (min .. max) of `values`, each formatted by `fmt`."""
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(median(values))} ({fmt(min(values))} .. {fmt(max(values))})"
+
+
 def cmd_spread(args):
-    """The Python front's figures over several runs (JSON files of `run`):
-    median (min .. max) of each, as a Markdown table."""
+    """The figures of several runs (JSON files of `run`): median (min ..
+    max) of each, as Markdown tables: the Python front's (core set), and
+    rlpool's rates and ratios on issue 15's workloads with the goals (the
+    goal judged on the median; how many runs met it)."""
     docs = []
     for path in args.json:
         with open(path) as f:
             docs.append(json.load(f))
-    cells = {}
-    for doc in docs:
-        for e in doc.get("python_front") or []:
-            key = (e["env"], e["num_envs"], e["config"], e["mode"])
-            for field, _, _ in SPREAD:
-                if e.get(field) is not None:
-                    cells.setdefault(key, {}).setdefault(field, []).append(e[field])
     print(
         f"{len(docs)} runs: "
         + "; ".join(
@@ -1488,47 +2342,111 @@ def cmd_spread(args):
         )
         + "\n"
     )
-    head = ["env", "N", "config", "mode"] + [name for _, name, _ in SPREAD]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    for key in sorted(cells, key=lambda k: (ENVS.index(k[0]), k[1], k[2], k[3])):
-        row_cells = [key[0], str(key[1]), key[2], key[3]]
-        for field, _, fmt in SPREAD:
-            values = sorted(cells[key].get(field, []))
-            if not values:
-                row_cells.append("-")
-                continue
-            mid = (
-                values[len(values) // 2]
-                if len(values) % 2
-                else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+    cells = {}
+    for doc in docs:
+        for e in doc.get("python_front") or []:
+            key = (e["env"], e["num_envs"], e["config"], e["mode"])
+            for field, _, _ in SPREAD:
+                if e.get(field) is not None:
+                    cells.setdefault(key, {}).setdefault(field, []).append(e[field])
+    if cells:
+        head = ["env", "N", "config", "mode"] + [name for _, name, _ in SPREAD]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for key in sorted(cells, key=lambda k: (ENVS.index(k[0]), k[1], k[2], k[3])):
+            row_cells = [key[0], str(key[1]), key[2], key[3]]
+            for field, _, fmt in SPREAD:
+                values = cells[key].get(field, [])
+                row_cells.append(median_text(values, fmt) if values else "-")
+            print("| " + " | ".join(row_cells) + " |")
+        print()
+    real = {}
+    for doc in docs:
+        for e in real_comparisons(doc["measurements"]):
+            key = (e["env"], e["num_envs"], e["mode"], e["system"], e["config"], e["against_mode"])
+            got = real.setdefault(key, {"rlpool": [], "other": [], "ratio": [], "met": []})
+            got["rlpool"].append(e["rlpool_steps_per_second"])
+            got["other"].append(e["steps_per_second"])
+            got["ratio"].append(e["ratio"])
+            if "goal" in e:
+                got["goal"] = e["goal"]
+                got["met"].append(e["met"])
+    if real:
+        head = ["workload", "N", "rlpool loop", "rlpool", "against", "its rate", "ratio", "goal"]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        order = {x: i for i, x in enumerate(REAL_SYSTEM_ORDER)}
+        modes = {"sync": 0, "async": 1}
+        for key in sorted(
+            real,
+            key=lambda k: (REAL_ENVS.index(k[0]), k[1], modes.get(k[2], 9), order.get(k[3], 99)),
+        ):
+            env, n, mode, system, config, against = key
+            got = real[key]
+            goal = "-"
+            if "goal" in got:
+                verdict = "met" if median(got["ratio"]) >= got["goal"] else "NOT met"
+                goal = (
+                    f">= {goal_text(system, got['goal'])}: {verdict} "
+                    f"(in {sum(got['met'])} of {len(got['met'])} runs)"
+                )
+            ratio = median_text(got["ratio"], functools.partial(ratio_text, system))
+            print(
+                f"| {env} | {n} | {mode} | {median_text(got['rlpool'], si)} | "
+                f"{against_text(system, config)} ({against}) | "
+                f"{median_text(got['other'], si)} | {ratio} | {goal} |"
             )
-            row_cells.append(
-                fmt(mid)
-                if len(values) == 1
-                else f"{fmt(mid)} ({fmt(values[0])} .. {fmt(values[-1])})"
-            )
-        print("| " + " | ".join(row_cells) + " |")
+
+
+def sets_arg(text):
+    """--sets: names of SETS, comma-separated, kept in SETS's order."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SETS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown set {', '.join(unknown) or '(none)'}: choose from {', '.join(SETS)}"
+        )
+    return [name for name in SETS if name in names]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", required=True)
     run = sub.add_parser("run", help="install the anchors, measure everything, write JSON and plot")
-    run.add_argument("--rlpool", required=True, help="the rlpool binary (release build)")
+    run.add_argument(
+        "--rlpool", default=None, help="the rlpool binary (release build; the core set needs it)"
+    )
     run.add_argument("--out", default="target/bench/anchors.json")
     run.add_argument("--svg", default="target/bench/anchors.svg")
     run.add_argument(
-        "--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[2, 8, 32, 64]
+        "--sets",
+        type=sets_arg,
+        default=list(SETS),
+        help=f"the workload sets to run, comma-separated, from {', '.join(SETS)} (default: all)",
     )
-    run.add_argument("--seconds", type=float, default=0.5)
+    run.add_argument(
+        "--sizes",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=None,
+        help="the numbers of envs, for every set (default: each set's own: "
+        + "; ".join(f"{k} {','.join(map(str, v))}" for k, v in SET_SIZES.items())
+        + ")",
+    )
+    run.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="seconds per measurement, for every set (default: each set's own: "
+        + "; ".join(f"{k} {v:g}" for k, v in SET_SECONDS.items())
+        + ")",
+    )
     run.add_argument("--venvs", default="target/bench/venv", help="where the per-anchor venvs live")
     run.add_argument("--with-torchrl", action="store_true")
     run.add_argument("--command", default="cargo xtask bench --anchors")
     run.add_argument("--git-commit", default=None)
     run.add_argument("--rustc", default=None)
     measure = sub.add_parser("measure", help="one system, one workload (used by run)")
-    measure.add_argument("--system", choices=sorted(MEASURE), required=True)
+    measure.add_argument("--system", choices=sorted({*MEASURE, *REAL}), required=True)
     measure.add_argument("--env", choices=ENVS, required=True)
     measure.add_argument("--num-envs", type=int, required=True)
     measure.add_argument("--seconds", type=float, default=0.5)

@@ -11,13 +11,23 @@
 //! here in release first), then writes `target/bench/anchors.json` and the
 //! plot `target/bench/anchors.svg`.
 //!
+//! The workloads come in sets, chosen with `--sets a,b` (default: all):
+//! `core`, issue 14's (rlpool's own Rust envs beside each anchor's
+//! cheapest equivalent); `python` and `atari`, issue 15's real workloads
+//! (Gymnasium's Python CartPole-v1 and ALE Pong through ale-py in every
+//! pool that runs Python envs, EnvPool and ale-py's vector env for Pong,
+//! with the machine's bound and the issue's goals). Each set has its own
+//! sizes and seconds per measurement unless `--sizes`/`--seconds` are
+//! given. The rlpool binary is built only when the core set runs.
+//!
 //! rlpool driven from Python is one of the systems: its venv,
-//! `target/bench/venv/rlpool-python/`, gets maturin and numpy from PyPI
-//! and, on every run, the package built from this repository (`pip install`
-//! of the root, a release build in this target directory: a few seconds
-//! when nothing changed). Its loops are `rlpool bench --bare`'s, so the run
-//! reports the Python layer's cost per call and per env-step beside its
-//! rate over EnvPool's (issue 14's goals).
+//! `target/bench/venv/rlpool-python/`, gets maturin, numpy, gymnasium,
+//! cloudpickle and ale-py from PyPI and, on every run, the package built
+//! from this repository (`pip install` of the root, a release build in this
+//! target directory: a few seconds when nothing changed). In the core set
+//! its loops are `rlpool bench --bare`'s, so the run reports the Python
+//! layer's cost per call and per env-step beside its rate over EnvPool's
+//! (issue 14's goals).
 
 use std::env;
 use std::path::PathBuf;
@@ -26,11 +36,15 @@ use std::process::Command;
 use crate::{cargo, root, step};
 
 /// Arguments of `--anchors` that the driver takes, each with a value.
-const VALUED: [&str; 2] = ["--seconds", "--sizes"];
+const VALUED: [&str; 3] = ["--seconds", "--sizes", "--sets"];
+
+/// The set of workloads that needs the rlpool binary (rlpool driven from Rust).
+const CORE_SET: &str = "core";
 
 /// Runs the side-by-side benchmark; `args` are what followed `bench`.
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let mut forwarded = Vec::new();
+    let mut core = true;
     let mut iter = args.iter().filter(|a| a.as_str() != "--anchors");
     while let Some(arg) = iter.next() {
         match arg.as_str() {
@@ -39,20 +53,25 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                 let value = iter
                     .next()
                     .ok_or_else(|| format!("bench --anchors: {valued} needs a value"))?;
+                if valued == "--sets" {
+                    core = value.split(',').any(|set| set.trim() == CORE_SET);
+                }
                 forwarded.extend([arg.clone(), value.clone()]);
             }
             other => {
                 return Err(format!(
-                    "bench --anchors: unknown argument `{other}` \
-                     (takes --with-torchrl, --seconds S, --sizes N,N,...)"
+                    "bench --anchors: unknown argument `{other}` (takes --with-torchrl, \
+                     --sets core,python,atari, --seconds S, --sizes N,N,...)"
                 ))
             }
         }
     }
 
-    let mut build = cargo();
-    build.args(["build", "--release", "-p", "rlpool-cli", "--bin", "rlpool"]);
-    step("cargo build --release (rlpool)", build)?;
+    if core {
+        let mut build = cargo();
+        build.args(["build", "--release", "-p", "rlpool-cli", "--bin", "rlpool"]);
+        step("cargo build --release (rlpool)", build)?;
+    }
 
     let target = env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -68,9 +87,13 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     driver
         .current_dir(root())
         .arg(root().join("xtask").join("anchors").join("anchors.py"))
-        .arg("run")
-        .arg("--rlpool")
-        .arg(target.join("release").join("rlpool"))
+        .arg("run");
+    if core {
+        driver
+            .arg("--rlpool")
+            .arg(target.join("release").join("rlpool"));
+    }
+    driver
         .arg("--venvs")
         .arg(bench.join("venv"))
         .arg("--out")
