@@ -97,6 +97,7 @@ pub fn sample_messages() -> (Samples, Samples) {
             ToWorker::Hello {
                 worker: 1,
                 runners: 2,
+                max_runners: 0,
                 affinity: Some(vec![0, 1]),
                 envs: vec![
                     EnvEntry {

@@ -46,6 +46,11 @@ pub struct ProcOptions {
     /// env runs on one of them at a time; a worker starts a spare thread
     /// when all of them are stuck inside envs while commands wait.
     pub(crate) threads_per_worker: Option<NonZeroUsize>,
+    /// The most threads a worker runs its envs on, the spares it starts
+    /// when its threads are all stuck inside envs included (default: one
+    /// per env). Envs that hold one lock while they step (Python envs and
+    /// the GIL) gain nothing from spares: cap it at `threads_per_worker`.
+    pub(crate) max_threads_per_worker: Option<NonZeroUsize>,
     /// The exchange (default [`ExchangeMode::Auto`]).
     pub(crate) exchange: ExchangeMode,
     /// One CPU set per worker, applied in the worker before any env is
@@ -76,6 +81,7 @@ impl Default for ProcOptions {
         ProcOptions {
             envs_per_worker: NonZeroUsize::MIN,
             threads_per_worker: None,
+            max_threads_per_worker: None,
             exchange: ExchangeMode::Auto,
             affinity: None,
             program: None,
@@ -97,6 +103,21 @@ impl ProcOptions {
     /// Sets the threads per worker (0: the default).
     pub fn threads_per_worker(mut self, n: usize) -> ProcOptions {
         self.threads_per_worker = NonZeroUsize::new(n);
+        self
+    }
+
+    /// Sets the most threads a worker may run, spares included (0: one
+    /// per env, the default). At least the threads it starts with.
+    ///
+    /// ```
+    /// // Python envs: one thread per worker, and no spare.
+    /// let options = pool_proc::ProcOptions::default()
+    ///     .threads_per_worker(1)
+    ///     .max_threads_per_worker(1);
+    /// # let _ = options;
+    /// ```
+    pub fn max_threads_per_worker(mut self, n: usize) -> ProcOptions {
+        self.max_threads_per_worker = NonZeroUsize::new(n);
         self
     }
 

@@ -41,6 +41,8 @@ pub(crate) enum ToWorker {
         worker: u32,
         /// Threads that run its envs (at most one per env).
         runners: u32,
+        /// The most runners it may have, spares included (0: one per env).
+        max_runners: u32,
         affinity: Option<Vec<u32>>,
         envs: Vec<EnvEntry>,
     },
@@ -261,10 +263,11 @@ impl ToWorker {
             ToWorker::Hello {
                 worker,
                 runners,
+                max_runners,
                 affinity,
                 envs,
             } => {
-                out.u8(HELLO).u32(*worker).u32(*runners);
+                out.u8(HELLO).u32(*worker).u32(*runners).u32(*max_runners);
                 match affinity {
                     None => out.u8(0),
                     Some(cpus) => out.u8(1).u32s(cpus),
@@ -302,6 +305,7 @@ impl ToWorker {
             HELLO => {
                 let worker = r.u32("worker")?;
                 let runners = r.u32("runners")?;
+                let max_runners = r.u32("max runners")?;
                 let affinity = if r.bool("affinity flag")? {
                     Some(r.u32s("affinity")?)
                 } else {
@@ -320,6 +324,7 @@ impl ToWorker {
                 ToWorker::Hello {
                     worker,
                     runners,
+                    max_runners,
                     affinity,
                     envs,
                 }
@@ -589,6 +594,7 @@ mod tests {
             ToWorker::Hello {
                 worker: 3,
                 runners: 2,
+                max_runners: 0,
                 affinity: Some(vec![0, 1]),
                 envs: vec![EnvEntry {
                     env: 7,
@@ -599,6 +605,7 @@ mod tests {
             ToWorker::Hello {
                 worker: 0,
                 runners: 1,
+                max_runners: 1,
                 affinity: None,
                 envs: Vec::new(),
             },

@@ -361,6 +361,7 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
     let Some(ToWorker::Hello {
         worker,
         runners,
+        max_runners,
         affinity,
         envs,
     }) = next_message(reader)?
@@ -494,14 +495,20 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
     };
     let hosted_len = hosted.len();
     let runners = (runners as usize).clamp(1, hosted_len.max(1));
+    // Runners and spares: one per env, or fewer if the parent says so.
+    let most = match max_runners as usize {
+        0 => hosted_len.max(1),
+        most => most.clamp(runners, hosted_len.max(1)),
+    };
     let work = Arc::new(Work {
         envs: hosted,
         first,
         writer: Arc::clone(writer),
         transport,
         stop: AtomicBool::new(false),
-        // At most one runner per env (and one runner without envs).
-        activity: (0..hosted_len.max(1)).map(|_| Activity::new(0)).collect(),
+        // At most one runner per env (and one runner without envs), or
+        // the parent's cap.
+        activity: (0..most).map(|_| Activity::new(0)).collect(),
         watcher_asleep: AtomicBool::new(false),
         watcher_lock: Mutex::new(()),
         wake_watcher: Condvar::new(),

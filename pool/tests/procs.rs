@@ -646,6 +646,50 @@ fn a_stuck_env_does_not_stop_its_neighbours() {
     });
 }
 
+/// With `max_threads_per_worker(1)` a worker starts no spare: while its one
+/// runner is held inside env 0's step, envs 1 and 2 wait (their receive
+/// times out, losing nothing), and they answer once env 0 is released.
+/// What Python envs need: a spare would only fight for the GIL.
+#[test]
+fn no_spare_runner_past_the_cap() {
+    watchdog(|| {
+        test_envs::register();
+        for exchange in EXCHANGES {
+            let release = test_envs::Release::new();
+            let pool = AsyncEnvPool::builder()
+                .backend(Backend::Multiprocessing(
+                    options(exchange)
+                        .envs_per_worker(3)
+                        .threads_per_worker(1)
+                        .max_threads_per_worker(1),
+                ))
+                .registered_n(test_envs::FAULTY, 1, test_envs::held_kwargs(1, &release))
+                .registered_n(test_envs::FAULTY, 2, Kwargs::new())
+                .build()
+                .unwrap();
+            pool.reset(None).unwrap();
+            // Env 0 first, so that the one runner is inside it.
+            pool.async_step_send(actions(&[1]), Target::Envs(vec![0]))
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            pool.async_step_send(actions(&[1, 1]), Target::Envs(vec![1, 2]))
+                .unwrap();
+            // Well past the watcher's stall time (1 ms): a spare would have
+            // answered envs 1 and 2 by now.
+            let err = expect_err(
+                pool.async_step_recv(Recv::new().timeout(Duration::from_millis(300))),
+                "envs 1 and 2 behind the held env",
+            );
+            assert!(matches!(err, PoolError::Timeout { ready: 0, .. }), "{err}");
+            release.release();
+            let batch = pool
+                .async_step_recv(Recv::new().min_get(3).timeout(Duration::from_secs(20)))
+                .unwrap();
+            assert_eq!(env_index(&batch), [0, 1, 2]);
+        }
+    });
+}
+
 /// A worker killed in the middle of a step (a long one): the receive
 /// waiting for it, with no deadline, returns the worker's death, at once
 /// (its socket's end wakes the parent; nothing polls).

@@ -26,6 +26,7 @@ class Pool:
         num_threads: int | None,
         start_timeout: float,
         worker_command: list[str],
+        max_threads: int | None = None,
     ) -> None: ...
     @property
     def num_envs(self) -> int: ...

@@ -168,9 +168,14 @@ class AsyncEnvPool:
             self._python_envs.append(i)
         # Closes the hub and forgets this process's makers however the pool ends.
         self._finalizer = weakref.finalize(self, _release, self._token, self._hub)
-        if self._python_envs and backend == "multiprocessing" and num_threads is None:
-            # One runner per worker: Python envs hold the GIL while they step.
-            num_threads = 1
+        max_threads = None
+        if self._python_envs and backend == "multiprocessing":
+            # One runner per worker, and no spare runner when an env's step
+            # runs long: Python envs hold the GIL while they step, so more
+            # threads only take turns (unless you ask for more).
+            if num_threads is None:
+                num_threads = 1
+            max_threads = num_threads
         try:
             self._native = _native.Pool(
                 makers,
@@ -183,6 +188,7 @@ class AsyncEnvPool:
                 num_threads=num_threads,
                 start_timeout=start_timeout,
                 worker_command=_worker_command(),
+                max_threads=max_threads,
             )
         except BaseException:
             self._finalizer()

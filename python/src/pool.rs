@@ -110,7 +110,7 @@ impl Pool {
     #[new]
     #[pyo3(signature = (
         names, kwargs, *, backend, stack, exchange, envs_per_worker, worker_affinity,
-        num_threads, start_timeout, worker_command
+        num_threads, start_timeout, worker_command, max_threads=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -125,10 +125,14 @@ impl Pool {
         num_threads: Option<Bound<'_, PyAny>>,
         start_timeout: f64,
         worker_command: Vec<String>,
+        max_threads: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Pool> {
         let envs_per_worker = count(py, "envs_per_worker", &envs_per_worker)?;
         let num_threads = num_threads
             .map(|n| count(py, "num_threads", &n))
+            .transpose()?;
+        let max_threads = max_threads
+            .map(|n| count(py, "max_threads", &n))
             .transpose()?;
         if kwargs.len() != names.len() {
             return Err(invalid_argument(
@@ -198,6 +202,9 @@ impl Pool {
                     .start_timeout(Duration::from_secs_f64(start_timeout));
                 if let Some(threads) = num_threads {
                     options = options.threads_per_worker(threads);
+                }
+                if let Some(most) = max_threads {
+                    options = options.max_threads_per_worker(most);
                 }
                 if let Some(affinity) = affinity {
                     options = options.affinity(affinity);

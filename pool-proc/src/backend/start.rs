@@ -115,6 +115,9 @@ impl ProcBackend {
                 let hello = ToWorker::Hello {
                     worker: w as u32,
                     runners: runners(options, cpus, workers, range.len()) as u32,
+                    max_runners: options
+                        .max_threads_per_worker
+                        .map_or(0, |n| n.get().min(u32::MAX as usize) as u32),
                     affinity: affinity
                         .as_ref()
                         .map(|sets| sets[w].as_slice().iter().map(|&c| c as u32).collect()),
