@@ -709,13 +709,14 @@ mod tests {
         assert!(err.contains("do not fit"), "{err}");
         // So does an env count, and a length.
         let mut hello = vec![HELLO];
-        hello.extend_from_slice(&[0; 8]);
+        // worker, runners, max runners; no affinity.
+        hello.extend_from_slice(&[0; 12]);
         hello.push(0);
         hello.extend_from_slice(&u32::MAX.to_le_bytes());
         let err = ToWorker::decode(&hello).unwrap_err().to_string();
         assert_eq!(
             err,
-            "env count at byte 10: 4294967295 items of at least 12 bytes each do not fit \
+            "env count at byte 14: 4294967295 items of at least 12 bytes each do not fit \
              in the 0 bytes that remain"
         );
         let err = FromWorker::decode(&[FATAL, 9, 0, 0, 0, b'x']).unwrap_err();

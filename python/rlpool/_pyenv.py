@@ -190,9 +190,16 @@ def build(payload: str, index: int, rpc: str, authkey: str) -> Adapter:
         with _LOCAL_LOCK:
             _LOCAL_ADAPTERS[(token, index)] = adapter
     elif rpc:
+        # Connected and authenticated here, before the env counts as built
+        # (the hub accepts on a thread of its own, so this does not wait
+        # for the pool's start): the thread that serves the calls then only
+        # reads and writes, and a worker that exits leaves no thread inside
+        # the handshake's hashing (a C library that exit tears down).
+        conn = Client(rpc, family="AF_UNIX", authkey=bytes.fromhex(authkey))
+        conn.send_bytes(pickle.dumps(index))
         threading.Thread(
             target=_serve,
-            args=(rpc, bytes.fromhex(authkey), index, adapter),
+            args=(conn, adapter),
             name=f"rlpool-env-{index}-calls",
             daemon=True,
         ).start()
@@ -532,16 +539,11 @@ def _is_flat(space: Any) -> bool:
 # -- calls on the envs over a socket (processes) ---------------------------
 
 
-def _serve(address: str, authkey: bytes, index: int, adapter: Adapter) -> None:
-    """In the worker: connects to the pool's hub and answers its calls on
-    env ``index`` until the connection ends."""
+def _serve(conn: Connection, adapter: Adapter) -> None:
+    """In the worker: answers the hub's calls on the adapter's env until the
+    connection ends."""
     import cloudpickle
 
-    try:
-        conn = Client(address, family="AF_UNIX", authkey=authkey)
-        conn.send_bytes(pickle.dumps(index))
-    except (OSError, EOFError):
-        return
     while True:
         try:
             seq, request = pickle.loads(conn.recv_bytes())

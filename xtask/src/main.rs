@@ -41,12 +41,17 @@ commands:
              ruff format --check, mypy, and pytest with the arguments given
   bench      run the benchmarks (divan) of every crate that has some;
              extra arguments are passed to the benchmark binaries
-  bench --anchors [--with-torchrl] [--seconds S] [--sizes N,N,...]
+  bench --anchors [--sets core,python,atari] [--with-torchrl] [--seconds S]
+                  [--sizes N,N,...]
              rlpool side by side with Gymnasium, EnvPool and PufferLib (and
-             TorchRL: a download of several GB) on CartPole-v1 and a no-op env,
-             sync and async, N in {2, 8, 32, 64}, 0.5 s per measurement: needs
-             python3 and PyPI; one venv per anchor under target/bench/venv
-             (reused); writes target/bench/anchors.json and anchors.svg
+             TorchRL: a download of several GB). Sets: core (rlpool's Rust
+             CartPole-v1 and a no-op env against each system's own, N in
+             {2, 8, 32, 64}, 0.5 s per measurement), python (Gymnasium's
+             Python CartPole-v1 in every system, N in {8, 32, 64}, and the
+             machine's bound), atari (Pong through ale-py and EnvPool's Pong,
+             N in {8, 16}); all three by default. Needs python3 and PyPI; one
+             venv per anchor under target/bench/venv (reused); writes
+             target/bench/anchors.json and anchors.svg
   loom       model-check the exchange and liveness protocols with loom (--cfg loom, release,
              target/loom; LOOM_MAX_PREEMPTIONS=3 unless already set)
   soak       --minutes N: two process pools (queue and shm exchanges) driven at
