@@ -516,14 +516,20 @@ class Adapter:
 
     def close(self) -> None:
         """Closes the env once (at the pool's shutdown with threads, when the
-        pool drops it with processes)."""
-        with self.lock:
+        pool drops it with processes). An env still inside a step after a
+        second (one that never returns) is left as it is: closing it would
+        wait for it forever."""
+        if not self.lock.acquire(timeout=1.0):
+            return
+        try:
             if self._closed:
                 return
             self._closed = True
             close = getattr(self.env, "close", None)
             if close is not None:
                 close()
+        finally:
+            self.lock.release()
 
 
 def _is_flat(space: Any) -> bool:

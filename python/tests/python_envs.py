@@ -193,3 +193,14 @@ class Closing(SpaceEnv):
     def close(self) -> None:
         with open(self.path, "a") as f:
             f.write(f"{os.getpid()}\n")
+
+
+class Hanging(SpaceEnv):
+    """A Box env whose first step never returns (for a whole minute)."""
+
+    def __init__(self) -> None:
+        super().__init__(box2(), spaces.Discrete(2))
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        time.sleep(60)
+        return super().step(action)

@@ -530,3 +530,15 @@ def test_shutdown_closes_the_envs(pools, config, tmp_path):
     pool.reset()
     pool.shutdown()
     assert wait_until(lambda: log.exists() and len(log.read_text().split()) == 2, 10.0)
+
+
+def test_shutdown_with_an_env_stuck_in_a_step_returns(pools, config):
+    """An env that never returns from its step does not hold shutdown
+    (threads: it is not closed; processes: its worker is killed)."""
+    pool = pools([python_envs.Hanging], **config.options())
+    pool.reset()
+    pool.async_step_send({"action": np.array([0])})
+    time.sleep(0.2)
+    start = time.monotonic()
+    pool.shutdown()
+    assert time.monotonic() - start < 10.0
