@@ -134,38 +134,43 @@ class AsyncEnvPool:
         self._python_envs: list[int] = []
         makers: list[str] = []
         kwargs: list[Any] = []
-        for i, maker in enumerate(given):
-            if isinstance(maker, str):
-                makers.append(maker)
-                kwargs.append(per_env[i])
-                continue
-            if not isinstance(maker, PyEnvMaker):
-                if not callable(maker):
-                    raise InvalidType(
-                        f"env_makers[{i}] is {type(maker).__name__}: a maker is a registered "
-                        "env name (str), a callable returning a gymnasium.Env, or a PyEnvMaker"
+        try:
+            for i, maker in enumerate(given):
+                if isinstance(maker, str):
+                    makers.append(maker)
+                    kwargs.append(per_env[i])
+                    continue
+                if not isinstance(maker, PyEnvMaker):
+                    if not callable(maker):
+                        raise InvalidType(
+                            f"env_makers[{i}] is {type(maker).__name__}: a maker is a registered "
+                            "env name (str), a callable returning a gymnasium.Env, or a PyEnvMaker"
+                        )
+                    maker = PyEnvMaker(maker, per_env[i])
+                elif per_env[i]:
+                    maker = PyEnvMaker(
+                        maker.fn,
+                        {**per_env[i], **maker.kwargs},
+                        autoreset=maker.autoreset,
+                        max_info_bytes=maker.max_info_bytes,
                     )
-                maker = PyEnvMaker(maker, per_env[i])
-            elif per_env[i]:
-                maker = PyEnvMaker(
-                    maker.fn,
-                    {**per_env[i], **maker.kwargs},
-                    autoreset=maker.autoreset,
-                    max_info_bytes=maker.max_info_bytes,
+                if backend == "multiprocessing" and self._hub is None:
+                    self._hub = Hub()
+                makers.append(MAKER_NAME)
+                kwargs.append(
+                    maker_kwargs(
+                        maker,
+                        i,
+                        token=self._token,
+                        hub=self._hub if backend == "multiprocessing" else None,
+                        where=f"env_makers[{i}]",
+                    )
                 )
-            if backend == "multiprocessing" and self._hub is None:
-                self._hub = Hub()
-            makers.append(MAKER_NAME)
-            kwargs.append(
-                maker_kwargs(
-                    maker,
-                    i,
-                    token=self._token,
-                    hub=self._hub if backend == "multiprocessing" else None,
-                    where=f"env_makers[{i}]",
-                )
-            )
-            self._python_envs.append(i)
+                self._python_envs.append(i)
+        except BaseException:
+            # A maker refused half-way: nothing of the pool's is left behind.
+            _release(self._token, self._hub)
+            raise
         # Closes the hub and forgets this process's makers however the pool ends.
         self._finalizer = weakref.finalize(self, _release, self._token, self._hub)
         max_threads = None

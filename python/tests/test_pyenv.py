@@ -470,8 +470,10 @@ def test_an_unpicklable_maker_is_refused_for_processes(pools):
         with lock:
             return python_envs.box_env()
 
-    with pytest.raises(rlpool.InvalidArgument, match=r"env_makers\[0\] cannot be pickled"):
-        pools([make], backend="multiprocessing")
+    with pytest.raises(rlpool.InvalidArgument, match=r"env_makers\[1\] cannot be pickled"):
+        pools([python_envs.box_env, make], backend="multiprocessing")
+    # The refused pool's call listener (made for env 0) is gone too.
+    assert wait_until(lambda: not any(t.name == "rlpool-hub" for t in threading.enumerate()), 5.0)
     # Threads take it as it is.
     pool = pools([make], backend="threading")
     assert pool.reset()["observation"].shape == (1, 3)
