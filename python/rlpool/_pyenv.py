@@ -275,6 +275,12 @@ def leaves_of(space: Any, group: str) -> list[Leaf]:
     return out
 
 
+def _is_object_leaf(space: Any) -> bool:
+    """Whether a space that is neither a Dict nor a Tuple is a pickled
+    non-tensor leaf."""
+    return leaves_of(space, "")[0][2] == "object"
+
+
 def _flattener(space: Any) -> Callable[[Any], tuple[Any, ...]]:
     """A function from a value of ``space`` to its tuple of leaves (non-tensor
     leaves packed as strings)."""
@@ -290,7 +296,7 @@ def _flattener(space: Any) -> Callable[[Any], tuple[Any, ...]]:
         return lambda value: tuple(
             itertools.chain.from_iterable(flat(item) for flat, item in zip(subs, value))
         )
-    if leaves_of(space, "")[0][2] == "object":
+    if _is_object_leaf(space):
         return lambda value: (_pack(value),)
     return lambda value: (value,)
 
@@ -322,7 +328,7 @@ def _unflattener(space: Any) -> tuple[Callable[[Sequence[Any], int], Any], int]:
             return tuple(items)
 
         return unflatten_tuple, sum(count for _, count in subs)
-    if leaves_of(space, "")[0][2] == "object":
+    if _is_object_leaf(space):
         return lambda leaves, at: decode_leaf(leaves[at]), 1
     return lambda leaves, at: leaves[at], 1
 
@@ -382,6 +388,20 @@ def decode_info(row: np.ndarray) -> dict[str, Any]:
     return info
 
 
+def info_rows(array: np.ndarray) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """The rows of a batch's ``"info"`` entry (``(N, 4 + max_info_bytes)``
+    bytes) whose env returned an info, and those infos decoded: one look at
+    the length headers, and nothing decoded when every env returned ``{}``.
+
+    >>> rows, infos = info_rows(np.zeros((2, 8), dtype=np.uint8))
+    >>> rows.tolist(), infos
+    ([], [])
+    """
+    lengths = np.ascontiguousarray(array[:, :_INFO_HEADER]).view("<u4").reshape(-1)
+    rows = np.flatnonzero(lengths)
+    return rows, [decode_info(array[r]) for r in rows]
+
+
 def decode_infos(array: np.ndarray) -> list[dict[str, Any]]:
     """The info dicts of a batch's ``"info"`` entry (``(N, 4 + max_info_bytes)``
     bytes), one per row; rows of envs that returned ``{}`` cost one look.
@@ -391,10 +411,10 @@ def decode_infos(array: np.ndarray) -> list[dict[str, Any]]:
     """
     if array.ndim == 1:
         return [decode_info(array)]
-    lengths = np.ascontiguousarray(array[:, :_INFO_HEADER]).view("<u4").reshape(-1)
-    if not lengths.any():
-        return [{} for _ in range(array.shape[0])]
-    return [decode_info(row) if n else {} for row, n in zip(array, lengths)]
+    infos: list[dict[str, Any]] = [{} for _ in range(array.shape[0])]
+    for row, info in zip(*info_rows(array)):
+        infos[row] = info
+    return infos
 
 
 # -- the adapter (in the worker) -------------------------------------------
@@ -539,7 +559,7 @@ def _is_flat(space: Any) -> bool:
 
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
         return False
-    return leaves_of(space, "")[0][2] != "object"
+    return not _is_object_leaf(space)
 
 
 # -- calls on the envs over a socket (processes) ---------------------------
@@ -625,18 +645,19 @@ class Hub:
         """Sends one call to env ``index`` and returns its answer; the env's
         exception is raised as is (its traceback in a note)."""
         deadline = time.monotonic() + timeout
+
+        def timed_out(what: str) -> Timeout:
+            return Timeout(
+                f"env {index}: {what} within {timeout} s", op="call", timeout=timeout, env=index
+            )
+
         with self._changed:
             while index not in self._conns:
                 if self._closed:
                     raise PoolError(f"env {index}: the pool is shut down")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise Timeout(
-                        f"env {index}: its worker did not connect for calls within {timeout} s",
-                        op="call",
-                        timeout=timeout,
-                        env=index,
-                    )
+                    raise timed_out("its worker did not connect for calls")
                 self._changed.wait(min(left, 0.05))
             conn, lock = self._conns[index], self._locks[index]
         with lock:
@@ -656,12 +677,7 @@ class Hub:
                 # Short polls, so that Ctrl-C is answered.
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise Timeout(
-                        f"env {index}: no answer to {request[0]} {request[1]!r} within {timeout} s",
-                        op="call",
-                        timeout=timeout,
-                        env=index,
-                    )
+                    raise timed_out(f"no answer to {request[0]} {request[1]!r}")
                 try:
                     ready = conn.poll(min(left, 0.05))
                     if not ready:

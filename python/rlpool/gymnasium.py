@@ -43,7 +43,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from rlpool import AsyncEnvPool, PyEnvMaker, decode_info, decode_leaf
+from rlpool import AsyncEnvPool, PyEnvMaker, decode_leaf
+from rlpool._pyenv import info_rows
 from rlpool.errors import (
     Busy,
     EnvFailed,
@@ -268,12 +269,11 @@ def _add_info(infos: dict[str, Any], info: Mapping[str, Any], i: int, n: int) ->
 
 
 def _info_rows(info: Array | None) -> tuple[Array, list[dict[str, Any]]]:
-    """The rows of a batch's ``"info"`` entry that carry an info, decoded:
-    nothing is decoded when every env returned ``{}``."""
-    if info is None or not info[:, :4].any():
+    """The rows of a batch's ``"info"`` entry that carry an info, decoded
+    (none without an ``"info"`` entry)."""
+    if info is None:
         return _NO_ROWS, []
-    rows = np.flatnonzero(info[:, :4].any(axis=1))
-    return rows, [decode_info(info[r]) for r in rows]
+    return info_rows(info)
 
 
 _NO_ROWS: Array = np.zeros(0, dtype=np.intp)
