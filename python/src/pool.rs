@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PySequence, PyString, PyTuple};
 
 use crate::convert::{
-    batch_to_py, batches_to_py, td_from_py, tds_to_tensordicts, type_name, unwrap_td,
+    batch_to_py, batches_to_py, td_from_py, tds_to_tensordicts, type_name, unwrap_td, Input,
 };
 use crate::errors::{invalid_argument, invalid_type, to_py, During};
 use crate::kwargs::to_kwargs;
@@ -337,17 +337,7 @@ impl Pool {
         py: Python<'py>,
         td: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let td = td
-            .map(|td| {
-                let (td, batch) = unwrap_td(py, td)?;
-                td_from_py(
-                    py,
-                    &td,
-                    &self.rows_batch(batch, self.pool.num_envs()),
-                    &self.expected,
-                )
-            })
-            .transpose()?;
+        let td = td.map(|td| self.every_env_input(py, td)).transpose()?;
         let (td, type_error) = td.map_or((None, None), |i| (Some(i.td), i.type_error));
         let out = blocking(py, type_error, || self.pool.reset(td))?;
         batch_to_py(py, out)
@@ -355,13 +345,7 @@ impl Pool {
 
     /// Steps every env.
     fn step<'py>(&self, py: Python<'py>, td: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        let (td, batch) = unwrap_td(py, td)?;
-        let td = td_from_py(
-            py,
-            &td,
-            &self.rows_batch(batch, self.pool.num_envs()),
-            &self.expected,
-        )?;
+        let td = self.every_env_input(py, td)?;
         let out = blocking(py, td.type_error, || self.pool.step(td.td))?;
         batch_to_py(py, out)
     }
@@ -372,13 +356,7 @@ impl Pool {
         py: Python<'py>,
         td: Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let (td, batch) = unwrap_td(py, td)?;
-        let td = td_from_py(
-            py,
-            &td,
-            &self.rows_batch(batch, self.pool.num_envs()),
-            &self.expected,
-        )?;
+        let td = self.every_env_input(py, td)?;
         let (step, root) = blocking(py, td.type_error, || self.pool.step_and_maybe_reset(td.td))?;
         pair(py, step, root)
     }
@@ -585,6 +563,18 @@ impl Pool {
 }
 
 impl Pool {
+    /// The input of a call that addresses every env (a synchronous call):
+    /// a row per env unless the caller gave a batch size.
+    fn every_env_input(&self, py: Python<'_>, td: Bound<'_, PyAny>) -> PyResult<Input> {
+        let (td, batch) = unwrap_td(py, td)?;
+        td_from_py(
+            py,
+            &td,
+            &self.rows_batch(batch, self.pool.num_envs()),
+            &self.expected,
+        )
+    }
+
     /// `[rows, ..env batch size]` unless the caller gave a batch size.
     fn rows_batch(&self, batch: Option<Vec<usize>>, rows: usize) -> Vec<usize> {
         batch.unwrap_or_else(|| {
