@@ -97,6 +97,13 @@ pub trait KeyLike {
     /// The parts of the key, outermost first.
     fn key_parts(&self) -> KeyParts<'_>;
 
+    /// The key itself when it has a single part (a plain `&str` or
+    /// `String`): lookups then skip building its parts, which is most of
+    /// the cost of an env writing its outputs by name on every step.
+    fn single(&self) -> Option<&str> {
+        None
+    }
+
     /// An owned copy of the key.
     fn to_key(&self) -> NestedKey {
         NestedKey::new(self.key_parts())
@@ -107,11 +114,21 @@ impl KeyLike for str {
     fn key_parts(&self) -> KeyParts<'_> {
         smallvec::smallvec![self]
     }
+
+    #[inline]
+    fn single(&self) -> Option<&str> {
+        Some(self)
+    }
 }
 
 impl KeyLike for String {
     fn key_parts(&self) -> KeyParts<'_> {
         smallvec::smallvec![self.as_str()]
+    }
+
+    #[inline]
+    fn single(&self) -> Option<&str> {
+        Some(self)
     }
 }
 
@@ -154,6 +171,11 @@ impl KeyLike for [String] {
 impl<T: KeyLike + ?Sized> KeyLike for &T {
     fn key_parts(&self) -> KeyParts<'_> {
         (**self).key_parts()
+    }
+
+    #[inline]
+    fn single(&self) -> Option<&str> {
+        (**self).single()
     }
 }
 

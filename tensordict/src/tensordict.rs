@@ -260,6 +260,9 @@ impl TensorDict {
 
     /// The entry at `key`, if any.
     pub fn get(&self, key: impl KeyLike) -> Option<&Entry> {
+        if let Some(name) = key.single() {
+            return self.entries.get(name);
+        }
         let parts = key.key_parts();
         let (leaf, path) = parts.split_last()?;
         let mut node = self;
@@ -270,6 +273,9 @@ impl TensorDict {
     }
 
     fn get_or_err(&self, key: &impl KeyLike) -> Result<&Entry, TensorDictError> {
+        if let Some(Ok(i)) = key.single().map(|name| self.entries.position(name)) {
+            return Ok(self.entries.at(i));
+        }
         let parts = key.key_parts();
         let (leaf, path) = parts
             .split_last()
@@ -331,6 +337,11 @@ impl TensorDict {
     }
 
     fn get_mut_or_err(&mut self, key: &impl KeyLike) -> Result<&mut Entry, TensorDictError> {
+        // One level (the common case): one lookup, no parts built. A miss
+        // takes the general path below, which builds the error.
+        if let Some(Ok(i)) = key.single().map(|name| self.entries.position(name)) {
+            return Ok(self.entries.at_mut(i));
+        }
         // Find the position at each level immutably (errors need `&self`),
         // then walk down mutably by position: one lookup per level.
         let parts = key.key_parts();
