@@ -6,6 +6,8 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tensordict::NestedKey;
+
 use crate::Affinity;
 
 /// How results travel from the workers.
@@ -53,6 +55,9 @@ pub struct ProcOptions {
     pub(crate) max_threads_per_worker: Option<NonZeroUsize>,
     /// The exchange (default [`ExchangeMode::Auto`]).
     pub(crate) exchange: ExchangeMode,
+    /// Result entries that are length-prefixed (default: none): see
+    /// [`ProcOptions::length_prefixed`].
+    pub(crate) length_prefixed: Vec<NestedKey>,
     /// One CPU set per worker, applied in the worker before any env is
     /// built (default: none).
     pub(crate) affinity: Option<Affinity>,
@@ -83,6 +88,7 @@ impl Default for ProcOptions {
             threads_per_worker: None,
             max_threads_per_worker: None,
             exchange: ExchangeMode::Auto,
+            length_prefixed: Vec::new(),
             affinity: None,
             program: None,
             worker_args: Vec::new(),
@@ -124,6 +130,26 @@ impl ProcOptions {
     /// Sets the exchange.
     pub fn exchange(mut self, exchange: ExchangeMode) -> ProcOptions {
         self.exchange = exchange;
+        self
+    }
+
+    /// Declares result entries length-prefixed: `u8` entries of one
+    /// dimension whose first 4 bytes are a little-endian `u32` count of the
+    /// meaningful bytes after them (the `"info"` entry of rlpool's Python
+    /// envs, empty on most steps). The shm exchange then copies the count
+    /// and those bytes only, in the worker and in the parent; what follows
+    /// them in a result is unspecified. A key of no such entry is ignored;
+    /// the queue exchange is not affected.
+    ///
+    /// ```
+    /// let options = pool_proc::ProcOptions::default().length_prefixed(["info"]);
+    /// # let _ = options;
+    /// ```
+    pub fn length_prefixed<K: Into<NestedKey>>(
+        mut self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> ProcOptions {
+        self.length_prefixed = keys.into_iter().map(Into::into).collect();
         self
     }
 

@@ -209,6 +209,11 @@ impl Pool {
                 if let Some(affinity) = affinity {
                     options = options.affinity(affinity);
                 }
+                if names.iter().any(|name| name == crate::pyenv::NAME) {
+                    // A Python env's pickled info, empty on most steps,
+                    // crosses as its length and bytes only.
+                    options = options.length_prefixed([crate::pyenv::INFO_KEY]);
+                }
                 (Backend::Multiprocessing(options), "multiprocessing")
             }
             other => {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use envs::{EnvSpecs, Kwargs};
 use exchange::{Bells, Exchange, Schema};
 use pool_core::{lock, Liveness, Op, Phases, Rows, Signal};
-use tensordict::TensorDict;
+use tensordict::{NestedKey, TensorDict};
 
 use super::reader::reader_loop;
 use super::rows::shm_rows;
@@ -199,7 +199,7 @@ impl ProcBackend {
                     }
                 }
             }
-            let (shm, reason) = choose_exchange(options.exchange, &built)?;
+            let (shm, reason) = choose_exchange(options, &built)?;
             let shm = match shm {
                 Some((input, result, next)) => {
                     let shm_err = |e: exchange::ExchangeError| ProcError::Shm {
@@ -420,11 +420,17 @@ fn runners(options: &ProcOptions, cpus: Option<usize>, workers: usize, envs: usi
 }
 
 /// The slots' schemas (input, result, next) if every env's buffers fit one
-/// layout, else why not.
-fn shm_schemas(built: &[BuiltEnv]) -> Result<(Schema, Schema, Schema), String> {
+/// layout, else why not; the results' `sized` keys length-prefixed
+/// ([`ProcOptions::length_prefixed`]).
+fn shm_schemas(
+    built: &[BuiltEnv],
+    sized: &[NestedKey],
+) -> Result<(Schema, Schema, Schema), String> {
     let schema = |pick: fn(&BuiltEnv) -> &TensorDict, what: &str| {
         let templates: Vec<TensorDict> = built.iter().map(|b| pick(b).clone()).collect();
-        Schema::validate_envs(&templates).map_err(|e| format!("{what}: {e}"))
+        Schema::validate_envs(&templates)
+            .map(|schema| schema.with_sized(sized))
+            .map_err(|e| format!("{what}: {e}"))
     };
     Ok((
         schema(|b| &b.input, "inputs (action and state)")?,
@@ -437,15 +443,16 @@ fn shm_schemas(built: &[BuiltEnv]) -> Result<(Schema, Schema, Schema), String> {
 /// reason auto chose the queue.
 #[allow(clippy::type_complexity)]
 fn choose_exchange(
-    mode: ExchangeMode,
+    options: &ProcOptions,
     built: &[BuiltEnv],
 ) -> Result<(Option<(Schema, Schema, Schema)>, Option<String>), ProcError> {
-    match mode {
+    let sized = options.length_prefixed.as_slice();
+    match options.exchange {
         ExchangeMode::Queue => Ok((None, None)),
-        ExchangeMode::Shm => shm_schemas(built)
+        ExchangeMode::Shm => shm_schemas(built, sized)
             .map(|s| (Some(s), None))
             .map_err(|reason| ProcError::ShmUnavailable { reason }),
-        ExchangeMode::Auto => match shm_schemas(built) {
+        ExchangeMode::Auto => match shm_schemas(built, sized) {
             Ok(s) => Ok((Some(s), None)),
             Err(reason) => Ok((None, Some(reason))),
         },
