@@ -136,6 +136,14 @@ impl KeyLike for NestedKey {
     fn key_parts(&self) -> KeyParts<'_> {
         self.0.iter().map(String::as_str).collect()
     }
+
+    #[inline]
+    fn single(&self) -> Option<&str> {
+        match self.0.as_slice() {
+            [only] => Some(only),
+            _ => None,
+        }
+    }
 }
 
 impl KeyLike for (&str, &str) {
@@ -241,5 +249,26 @@ mod tests {
         assert!(NestedKey::from("a").is_valid());
         assert!(!NestedKey::default().is_valid());
         assert!(!NestedKey::from(("a", "")).is_valid());
+    }
+
+    /// `single` is the one part of a one-part key, and `None` for any
+    /// other, whatever the key's type: lookups rely on it.
+    #[test]
+    fn single_is_the_only_part() {
+        let one = NestedKey::from("a");
+        let two = NestedKey::from(("a", "b"));
+        assert_eq!("a".single(), Some("a"));
+        assert_eq!(String::from("a").single(), Some("a"));
+        assert_eq!(one.single(), Some("a"));
+        assert_eq!((&one).single(), Some("a"));
+        assert_eq!(two.single(), None);
+        assert_eq!(("a", "b").single(), None);
+        assert_eq!(["a"].single(), None, "arrays take the general path");
+        for key in [&one, &two] {
+            assert_eq!(
+                key.single().is_some(),
+                key.key_parts().len() == 1 && key.single() == Some(key.key_parts()[0])
+            );
+        }
     }
 }
