@@ -260,7 +260,7 @@ mod tests {
         assert_eq!("a".single(), Some("a"));
         assert_eq!(String::from("a").single(), Some("a"));
         assert_eq!(one.single(), Some("a"));
-        assert_eq!((&one).single(), Some("a"));
+        assert_eq!(KeyLike::single(&&one), Some("a"));
         assert_eq!(two.single(), None);
         assert_eq!(("a", "b").single(), None);
         assert_eq!(["a"].single(), None, "arrays take the general path");
