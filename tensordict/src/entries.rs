@@ -22,7 +22,8 @@ pub(crate) type Name = Arc<str>;
 /// comparison).
 #[inline]
 pub(crate) fn same_name(a: &str, b: &str) -> bool {
-    a.len() == b.len() && (std::ptr::eq(a.as_ptr(), b.as_ptr()) || same_bytes(a.as_bytes(), b.as_bytes()))
+    a.len() == b.len()
+        && (std::ptr::eq(a.as_ptr(), b.as_ptr()) || same_bytes(a.as_bytes(), b.as_bytes()))
 }
 
 /// Whether two byte strings of one length are equal, eight bytes at a time
