@@ -15,11 +15,12 @@ Ray is imported when a pool is made, never by ``import rlpool``.
 >>> ray = pytest.importorskip("ray")
 >>> import rlpool.ray
 >>> _ = ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1")
->>> with rlpool.ray.AsyncEnvPool(["CountingEnv"] * 4, num_actors=2) as pool:
+>>> # Two actors of two envs, each on one worker thread (num_cpus=2 apiece).
+>>> with rlpool.ray.AsyncEnvPool(["CountingEnv"] * 4, num_actors=2, num_threads=1) as pool:
 ...     root = pool.reset()
 ...     pool.async_step_send(pool.rand_action())
-...     first = pool.async_step_recv(min_get=1, timeout=30.0)
-...     rest = pool.async_step_recv(min_get=4 - len(first), timeout=30.0)
+...     first = pool.async_step_recv(min_get=2, max_get=2, timeout=30.0)  # from either actor
+...     rest = pool.async_step_recv(min_get=2, timeout=30.0)
 ...     sorted(first["env_index"].tolist() + rest["env_index"].tolist())
 [0, 1, 2, 3]
 >>> ray.shutdown()
