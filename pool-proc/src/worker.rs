@@ -363,6 +363,7 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
         runners,
         max_runners,
         affinity,
+        pin_required,
         envs,
     }) = next_message(reader)?
     else {
@@ -372,6 +373,12 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
         let cpus: Vec<usize> = cpus.into_iter().map(|c| c as usize).collect();
         let pinned = affinity::pin_current_thread(worker as usize, &cpus)
             .and_then(|()| crate::current_cpus());
+        // A pin the pool chose itself (spreading its workers) that cannot
+        // be had is no failure: the worker runs where it may.
+        let pinned = match pinned {
+            Err(_) if !pin_required => crate::current_cpus(),
+            pinned => pinned,
+        };
         match pinned {
             Ok(now) => send(
                 writer,
