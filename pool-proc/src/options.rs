@@ -61,6 +61,9 @@ pub struct ProcOptions {
     /// One CPU set per worker, applied in the worker before any env is
     /// built (default: none).
     pub(crate) affinity: Option<Affinity>,
+    /// Without an affinity, whether the workers are spread over this
+    /// process's CPUs (default: yes): see [`ProcOptions::spread_workers`].
+    pub(crate) spread: bool,
     /// The program a worker runs (default: this one, `current_exe`). Any
     /// program whose `main` calls the init function and registers the same
     /// envs will do.
@@ -90,6 +93,7 @@ impl Default for ProcOptions {
             exchange: ExchangeMode::Auto,
             length_prefixed: Vec::new(),
             affinity: None,
+            spread: true,
             program: None,
             worker_args: Vec::new(),
             quiet: false,
@@ -150,6 +154,29 @@ impl ProcOptions {
         keys: impl IntoIterator<Item = K>,
     ) -> ProcOptions {
         self.length_prefixed = keys.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Whether, without an [`affinity`](ProcOptions::affinity), the workers
+    /// are spread over the CPUs this process may use (default: yes): each
+    /// gets its own group of them (one CPU each when they are as many), as
+    /// long as they are no more than the CPUs; more workers than CPUs are
+    /// left to the scheduler. A worker that cannot pin itself runs where
+    /// it may (an affinity asked for is an error instead).
+    ///
+    /// Why: a parent that spins while it waits and its workers are more
+    /// busy threads than cores, and the scheduler may leave two workers
+    /// sharing one core for a whole run while the parent holds the other.
+    /// On the project's 2-core machine, spreading made process pools 1.3x
+    /// to 1.8x faster (docs/performance.md).
+    ///
+    /// ```
+    /// // Leave the workers where the scheduler puts them.
+    /// let options = pool_proc::ProcOptions::default().spread_workers(false);
+    /// # let _ = options;
+    /// ```
+    pub fn spread_workers(mut self, spread: bool) -> ProcOptions {
+        self.spread = spread;
         self
     }
 

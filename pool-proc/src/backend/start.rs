@@ -78,8 +78,12 @@ impl ProcBackend {
         let workers = n.div_ceil(per);
         let affinity = match &options.affinity {
             Some(a) => Some(a.resolve(workers)?),
+            None if options.spread => spread(workers),
             None => None,
         };
+        // Pins the user asked for must hold; the pool's own spread is best
+        // effort.
+        let pin_required = options.affinity.is_some();
         let deadline = Instant::now() + options.start_timeout;
         let program = match &options.program {
             Some(program) => program.clone(),
@@ -121,6 +125,7 @@ impl ProcBackend {
                     affinity: affinity
                         .as_ref()
                         .map(|sets| sets[w].as_slice().iter().map(|&c| c as u32).collect()),
+                    pin_required,
                     envs: range
                         .clone()
                         .map(|env| EnvEntry {
@@ -140,7 +145,7 @@ impl ProcBackend {
                     match expect(s, w, deadline)? {
                         FromWorker::Pinned { cpus } => {
                             let cpus: Vec<usize> = cpus.into_iter().map(|c| c as usize).collect();
-                            if cpus != sets[w].as_slice() {
+                            if pin_required && cpus != sets[w].as_slice() {
                                 return Err(ProcError::Pin {
                                     worker: w,
                                     message: format!(
@@ -400,6 +405,27 @@ fn unexpected(w: usize, msg: &FromWorker) -> ProcError {
             reason: format!("unexpected message while starting: {other:?}"),
         },
     }
+}
+
+/// The pool's own affinity ([`ProcOptions::spread_workers`]): the CPUs
+/// this process may use split among the workers in contiguous groups (one
+/// CPU each when they are as many), the last taking what is left; `None`
+/// when the workers outnumber those CPUs, or when they cannot be read.
+fn spread(workers: usize) -> Option<Vec<affinity::CpuList>> {
+    let available = crate::available_cpus().ok()?;
+    if workers == 0 || workers > available.len() {
+        return None;
+    }
+    let per = available.len() / workers;
+    let sets = (0..workers).map(|w| {
+        let end = if w + 1 == workers {
+            available.len()
+        } else {
+            (w + 1) * per
+        };
+        available[w * per..end].to_vec()
+    });
+    crate::Affinity::per_worker(sets).resolve(workers).ok()
 }
 
 /// How many runner threads a worker gets: the option, or as many as the
