@@ -393,7 +393,9 @@ class AsyncEnvPool:
         **pool_kwargs: :class:`rlpool.AsyncEnvPool`'s keyword arguments
             (``backend``, ``exchange``, ``stack``, ``envs_per_worker``,
             ...); ``create_env_kwargs`` as a list is split among the actors
-            with the envs.
+            with the envs. Worker processes are left to the scheduler
+            (``worker_affinity=False``) unless you give CPU sets: actors
+            that share a node would otherwise pin theirs to the same CPUs.
 
     Raises:
         StartError: an actor's pool could not start (the message names the
@@ -464,6 +466,10 @@ class AsyncEnvPool:
             kwargs = dict(pool_kwargs)
             if split_kwargs:
                 kwargs["create_env_kwargs"] = list(kwargs_list)[first : first + count]  # type: ignore[arg-type]
+            if kwargs.get("backend") == "multiprocessing":
+                # Ray does not pin actors: pools of actors that share a node
+                # would spread their workers over the same CPUs.
+                kwargs.setdefault("worker_affinity", False)
             options = dict(per_actor[index])
             options.setdefault("num_cpus", _workers(count, kwargs) + 1)
             # A receive (a pump) may wait while a send goes through.
