@@ -559,10 +559,12 @@ class AsyncEnvPool:
                 td = TensorDict(td, batch_size=_batch_of(td, env_index))
             if isinstance(env_index, (int, np.integer)) and not isinstance(env_index, bool):
                 envs, alone = [int(env_index)], True
+            elif isinstance(env_index, (str, bytes)):
+                raise InvalidType(f"env_index must be an int or a list of ints, got {env_index!r}")
             elif env_index is not None:
                 try:
                     envs = [int(e) for e in cast("Sequence[int]", env_index)]
-                except TypeError:
+                except (TypeError, ValueError):
                     raise InvalidType(
                         f"env_index must be an int or a list of ints, got "
                         f"{type(env_index).__name__}"

@@ -1,10 +1,13 @@
 """Node b's processes killed while its envs' results are in flight: the
 error names the actor and its envs, node a's envs go on, nothing of node b
 is left (no actor, no rlpool worker, no shared memory), and ``shutdown``
-keeps its deadline."""
+keeps its deadline. And an actor that falls silent (stopped) is declared
+dead past the liveness timeout, and killed with its workers."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import numpy as np
@@ -92,3 +95,55 @@ def test_a_lost_node_is_an_error_naming_its_actor_and_envs(ray_cluster: Cluster)
         pool.shutdown(timeout=3.0)
         took = time.monotonic() - start
     assert took < 5.0, f"shutdown(timeout=3.0) took {took:.1f} s"
+
+
+def test_a_silent_actor_is_declared_dead_and_killed(ray_cluster: Cluster) -> None:
+    kwargs = [{"step_us": FAST_US, "mode": "sleep"}] * 2 + [
+        {"step_us": SLOW_US, "mode": "sleep"}
+    ] * 2
+    pool = rlpool.ray.AsyncEnvPool(
+        ["LatencyEnv"] * 4,
+        num_actors=2,
+        actor_options=[ON_A, ON_B],
+        backend="multiprocessing",
+        envs_per_worker=2,
+        create_env_kwargs=kwargs,
+    )
+    try:
+        info = pool.actor_info
+        b_pids = [info[1]["pid"], *info[1]["worker_pids"]]
+        pool.reset()
+        # Sent, then silent while its envs step.
+        pool.async_step_send(zeros(4))
+        os.kill(info[1]["pid"], signal.SIGSTOP)
+        stopped = time.monotonic()
+        got: list[int] = []
+
+        def receive_until_the_error() -> None:
+            while True:
+                got.extend(envs_of(pool.async_step_recv(min_get=1, timeout=10.0)))
+
+        with pytest.raises(rlpool.ActorDied) as died:
+            receive_until_the_error()
+        print(
+            f"the silent actor was declared dead {time.monotonic() - stopped:.2f} s after SIGSTOP"
+        )
+        assert died.value.actor == 1
+        assert died.value.lost == [2, 3]
+        assert "no answer" in died.value.reason
+        # Node a's results, kept while the error was raised.
+        if len(got) < 2:
+            got += envs_of(pool.async_step_recv(min_get=2 - len(got), timeout=PATIENCE))
+        assert sorted(got) == [0, 1]
+        # Declared dead, it is killed (a stopped process dies of SIGKILL).
+        deadline = time.monotonic() + 20
+        while any(alive(p) for p in b_pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in b_pids if alive(p)]
+        pool.async_step_send(zeros(2), env_index=[0, 1])
+        assert envs_of(pool.async_step_recv(min_get=2, timeout=PATIENCE)) == [0, 1]
+    finally:
+        for pid in b_pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGCONT)
+        pool.shutdown(timeout=3.0)

@@ -200,6 +200,10 @@ def test_busy_guard_and_argument_errors(counters: Any) -> None:
     err = pool_error(counters.async_step_send, actions([8]), env_index=[N])
     assert isinstance(err, rlpool.InvalidArgument)
     assert str(N) in str(err)
+    for wrong in ("5", 5.0, [None]):
+        err = pool_error(counters.async_step_send, actions([5]), env_index=wrong)
+        assert isinstance(err, rlpool.InvalidType), wrong
+        assert isinstance(err, TypeError)
     err = pool_error(counters.step, actions(ALL))
     assert isinstance(err, rlpool.Busy)
     out = counters.async_step_recv(min_get=2, timeout=PATIENCE)
