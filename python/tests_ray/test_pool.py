@@ -220,7 +220,9 @@ def test_a_wrong_input_is_the_actors_error_naming_it(counters: Any) -> None:
 
 
 def test_a_timeout_before_min_get_loses_nothing(ray_cluster: Cluster) -> None:
-    kwargs = [{"step_us": 300_000, "mode": "sleep"}] * 4
+    # Steps far longer than the timeout, so that a loaded machine cannot
+    # finish them first; the bound below is a hang check, not a speed one.
+    kwargs = [{"step_us": 2_000_000, "mode": "sleep"}] * 4
     with make(["LatencyEnv"] * 4, create_env_kwargs=kwargs) as pool:
         pool.reset()
         pool.async_step_send({"action": np.zeros((4, 1), dtype=np.int64)})
@@ -231,7 +233,7 @@ def test_a_timeout_before_min_get_loses_nothing(ray_cluster: Cluster) -> None:
         assert isinstance(err, TimeoutError)
         assert err.min_get == 4
         assert err.timeout == 0.05
-        assert elapsed < 0.3, f"the deadline bounds the whole call: {elapsed:.3f} s"
+        assert elapsed < 1.5, f"the deadline bounds the whole call: {elapsed:.3f} s"
         out = pool.async_step_recv(min_get=4, timeout=PATIENCE)
         assert envs_of(out) == [0, 1, 2, 3]
         # With a deadline, a receive waits for max_get (or the deadline).
