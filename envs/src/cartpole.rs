@@ -3,10 +3,10 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use specs::TensorSpec;
-use tensordict::{DType, Tensor, TensorDict};
+use tensordict::{DType, Hint, Tensor, TensorDict};
 
-use crate::env::scalar_action;
-use crate::outputs::{write_reset, write_step};
+use crate::env::scalar_action_hinted;
+use crate::outputs::Outputs;
 use crate::{Env, EnvError, EnvSpecs, Kwargs};
 
 const GRAVITY: f64 = 9.8;
@@ -59,6 +59,11 @@ pub struct CartPole {
     steps_beyond_terminated: Option<u64>,
     rng: StdRng,
     specs: EnvSpecs,
+    /// Where the outputs and the action sit in the buffers (kept: a step
+    /// compares one name per key).
+    step_out: Outputs,
+    reset_out: Outputs,
+    action: Hint,
 }
 
 impl Default for CartPole {
@@ -82,6 +87,9 @@ impl CartPole {
             steps_beyond_terminated: None,
             rng: StdRng::seed_from_u64(0),
             specs: cartpole_specs(),
+            step_out: Outputs::default(),
+            reset_out: Outputs::default(),
+            action: Hint::default(),
         }
     }
 
@@ -202,13 +210,15 @@ impl Env for CartPole {
     ) -> Result<(), EnvError> {
         let state = std::array::from_fn(|_| self.rng.random_range(-0.05..0.05));
         self.set_state(state);
-        write_reset(out, &self.observation())
+        let observation = self.observation();
+        self.reset_out.write_reset(out, &observation)
     }
 
     fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-        let action = scalar_action::<i64>(NAME, input, "action")?;
+        let action = scalar_action_hinted::<i64>(NAME, input, "action", &mut self.action)?;
         let (observation, reward, terminated, truncated) = self.step_physics(action)?;
-        write_step(next, &observation, reward as f32, terminated, truncated)
+        self.step_out
+            .write_step(next, &observation, reward as f32, terminated, truncated)
     }
 }
 

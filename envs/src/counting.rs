@@ -2,10 +2,10 @@
 //! increments it is sent.
 
 use specs::TensorSpec;
-use tensordict::{DType, TensorDict};
+use tensordict::{DType, Hint, TensorDict};
 
-use crate::env::scalar_action;
-use crate::outputs::write_flags;
+use crate::env::scalar_action_hinted;
+use crate::outputs::Outputs;
 use crate::{Env, EnvError, EnvSpecs, Kwargs};
 
 /// The registry name.
@@ -41,6 +41,11 @@ pub struct CountingEnv {
     start_val: i32,
     max_steps: i32,
     specs: EnvSpecs,
+    /// Where the outputs and the action sit in the buffers (kept: a step
+    /// compares one name per key).
+    step_out: Outputs,
+    reset_out: Outputs,
+    action: Hint,
 }
 
 impl CountingEnv {
@@ -53,6 +58,9 @@ impl CountingEnv {
             start_val,
             max_steps,
             specs: EnvSpecs::standard(action, observation).expect("standard specs are valid"),
+            step_out: Outputs::default(),
+            reset_out: Outputs::default(),
+            action: Hint::default(),
         }
     }
 
@@ -95,11 +103,12 @@ impl Env for CountingEnv {
     ) -> Result<(), EnvError> {
         self.count = self.start_val;
         out.tensor_mut("observation")?.as_mut_slice::<i32>()?[0] = self.count;
-        write_flags(out, self.count > self.max_steps, false)
+        self.reset_out
+            .write_flags(out, self.count > self.max_steps, false)
     }
 
     fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-        let action = scalar_action::<i64>(NAME, input, "action")?;
+        let action = scalar_action_hinted::<i64>(NAME, input, "action", &mut self.action)?;
         self.count = i32::try_from(action)
             .ok()
             .and_then(|a| self.count.checked_add(a))
@@ -110,7 +119,7 @@ impl Env for CountingEnv {
         let done = self.count > self.max_steps;
         next.tensor_mut("observation")?.as_mut_slice::<i32>()?[0] = self.count;
         next.tensor_mut("reward")?.as_mut_slice::<f32>()?[0] = 0.0;
-        write_flags(next, done, false)
+        self.step_out.write_flags(next, done, false)
     }
 }
 

@@ -3,7 +3,7 @@
 //! `step_and_maybe_reset`, `rand_step`, `rollout` and `fake_tensordict`.
 
 use rand::RngCore;
-use tensordict::{Entry, NestedKey, Tensor, TensorDict};
+use tensordict::{Entry, Hint, NestedKey, Tensor, TensorDict};
 
 use crate::{EnvError, EnvSpecs};
 
@@ -305,13 +305,27 @@ pub fn scalar_action<T: tensordict::Element>(
     input: &TensorDict,
     key: &str,
 ) -> Result<T, EnvError> {
-    let entry = input.get(key).ok_or_else(|| EnvError::InvalidAction {
-        env: env.to_owned(),
-        reason: format!(
-            "no {key:?} entry in the input (keys: {:?})",
-            input.keys(true, true)
-        ),
-    })?;
+    scalar_action_hinted(env, input, key, &mut Hint::default())
+}
+
+/// [`scalar_action`], the key looked up at `hint` first
+/// ([`TensorDict::get_hinted`]): what an env that reads its action on
+/// every step keeps.
+pub fn scalar_action_hinted<T: tensordict::Element>(
+    env: &str,
+    input: &TensorDict,
+    key: &str,
+    hint: &mut Hint,
+) -> Result<T, EnvError> {
+    let entry = input
+        .get_hinted(key, hint)
+        .ok_or_else(|| EnvError::InvalidAction {
+            env: env.to_owned(),
+            reason: format!(
+                "no {key:?} entry in the input (keys: {:?})",
+                input.keys(true, true)
+            ),
+        })?;
     let Entry::Tensor(t) = entry else {
         return Err(EnvError::InvalidAction {
             env: env.to_owned(),

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use specs::TensorSpec;
-use tensordict::{DType, TensorDict};
+use tensordict::{DType, Hint, TensorDict};
 
-use crate::env::scalar_action;
-use crate::outputs::write_flags;
+use crate::env::scalar_action_hinted;
+use crate::outputs::Outputs;
 use crate::{Env, EnvError, EnvSpecs, Kwargs};
 
 /// The registry name.
@@ -68,6 +68,11 @@ pub struct LatencyEnv {
     steps: u64,
     rng: SmallRng,
     specs: EnvSpecs,
+    /// Where the outputs and the action sit in the buffers (kept: a step
+    /// compares one name per key).
+    step_out: Outputs,
+    reset_out: Outputs,
+    action: Hint,
 }
 
 impl LatencyEnv {
@@ -105,6 +110,9 @@ impl LatencyEnv {
             steps: 0,
             rng: SmallRng::seed_from_u64(0),
             specs: EnvSpecs::standard(action, observation)?,
+            step_out: Outputs::default(),
+            reset_out: Outputs::default(),
+            action: Hint::default(),
         })
     }
 
@@ -196,11 +204,11 @@ impl Env for LatencyEnv {
         out.tensor_mut("observation")?
             .as_mut_slice::<f32>()?
             .fill(0.0);
-        write_flags(out, false, false)
+        self.reset_out.write_flags(out, false, false)
     }
 
     fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-        scalar_action::<i64>(NAME, input, "action")?;
+        scalar_action_hinted::<i64>(NAME, input, "action", &mut self.action)?;
         let jitter = if self.config.jitter.is_zero() {
             Duration::ZERO
         } else {
@@ -213,7 +221,7 @@ impl Env for LatencyEnv {
             .as_mut_slice::<f32>()?
             .fill(self.steps as f32);
         next.tensor_mut("reward")?.as_mut_slice::<f32>()?[0] = 1.0;
-        write_flags(next, false, truncated)
+        self.step_out.write_flags(next, false, truncated)
     }
 }
 

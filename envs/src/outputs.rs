@@ -1,53 +1,75 @@
 //! Writers of the standard outputs that the reference envs share:
 //! `"observation"`, `"reward"` and the `"done"` / `"terminated"` /
-//! `"truncated"` flags.
+//! `"truncated"` flags, each found through a [`Hint`] the env keeps, so
+//! that a step compares one name per key rather than searching.
 
-use tensordict::TensorDict;
+use tensordict::{Hint, TensorDict};
 
 use crate::EnvError;
 
-/// Writes the standard step outputs into `next`.
-pub(crate) fn write_step<const N: usize>(
-    next: &mut TensorDict,
-    observation: &[f32; N],
-    reward: f32,
-    terminated: bool,
-    truncated: bool,
-) -> Result<(), EnvError> {
-    write_observation(next, observation)?;
-    next.tensor_mut("reward")?.as_mut_slice::<f32>()?[0] = reward;
-    write_flags(next, terminated, truncated)
+/// Where the standard outputs sit in one of an env's buffers (one set for
+/// the step buffer, one for the reset buffer: their keys differ).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Outputs {
+    observation: Hint,
+    reward: Hint,
+    done: Hint,
+    terminated: Hint,
+    truncated: Hint,
 }
 
-/// Writes the standard reset outputs into `out`: the observation, and every
-/// flag false.
-pub(crate) fn write_reset<const N: usize>(
-    out: &mut TensorDict,
-    observation: &[f32; N],
-) -> Result<(), EnvError> {
-    write_observation(out, observation)?;
-    write_flags(out, false, false)
-}
+impl Outputs {
+    /// Writes the standard step outputs into `next`.
+    pub(crate) fn write_step<const N: usize>(
+        &mut self,
+        next: &mut TensorDict,
+        observation: &[f32; N],
+        reward: f32,
+        terminated: bool,
+        truncated: bool,
+    ) -> Result<(), EnvError> {
+        self.write_observation(next, observation)?;
+        next.tensor_mut_hinted("reward", &mut self.reward)?
+            .as_mut_slice::<f32>()?[0] = reward;
+        self.write_flags(next, terminated, truncated)
+    }
 
-/// Writes an `f32` observation.
-fn write_observation<const N: usize>(
-    td: &mut TensorDict,
-    observation: &[f32; N],
-) -> Result<(), EnvError> {
-    td.tensor_mut("observation")?
-        .as_mut_slice::<f32>()?
-        .copy_from_slice(observation);
-    Ok(())
-}
+    /// Writes the standard reset outputs into `out`: the observation, and
+    /// every flag false.
+    pub(crate) fn write_reset<const N: usize>(
+        &mut self,
+        out: &mut TensorDict,
+        observation: &[f32; N],
+    ) -> Result<(), EnvError> {
+        self.write_observation(out, observation)?;
+        self.write_flags(out, false, false)
+    }
 
-/// Writes `done`, `terminated` and `truncated`.
-pub(crate) fn write_flags(
-    td: &mut TensorDict,
-    terminated: bool,
-    truncated: bool,
-) -> Result<(), EnvError> {
-    td.tensor_mut("done")?.as_mut_slice::<bool>()?[0] = terminated || truncated;
-    td.tensor_mut("terminated")?.as_mut_slice::<bool>()?[0] = terminated;
-    td.tensor_mut("truncated")?.as_mut_slice::<bool>()?[0] = truncated;
-    Ok(())
+    /// Writes an `f32` observation.
+    fn write_observation<const N: usize>(
+        &mut self,
+        td: &mut TensorDict,
+        observation: &[f32; N],
+    ) -> Result<(), EnvError> {
+        td.tensor_mut_hinted("observation", &mut self.observation)?
+            .as_mut_slice::<f32>()?
+            .copy_from_slice(observation);
+        Ok(())
+    }
+
+    /// Writes `done`, `terminated` and `truncated`.
+    pub(crate) fn write_flags(
+        &mut self,
+        td: &mut TensorDict,
+        terminated: bool,
+        truncated: bool,
+    ) -> Result<(), EnvError> {
+        td.tensor_mut_hinted("done", &mut self.done)?
+            .as_mut_slice::<bool>()?[0] = terminated || truncated;
+        td.tensor_mut_hinted("terminated", &mut self.terminated)?
+            .as_mut_slice::<bool>()?[0] = terminated;
+        td.tensor_mut_hinted("truncated", &mut self.truncated)?
+            .as_mut_slice::<bool>()?[0] = truncated;
+        Ok(())
+    }
 }

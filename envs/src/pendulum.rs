@@ -5,10 +5,10 @@ use std::f64::consts::PI;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use specs::TensorSpec;
-use tensordict::{DType, Tensor, TensorDict};
+use tensordict::{DType, Hint, Tensor, TensorDict};
 
-use crate::env::scalar_action;
-use crate::outputs::{write_reset, write_step};
+use crate::env::scalar_action_hinted;
+use crate::outputs::Outputs;
 use crate::{Env, EnvError, EnvSpecs, Kwargs};
 
 const MAX_SPEED: f64 = 8.0;
@@ -42,6 +42,11 @@ pub struct Pendulum {
     max_episode_steps: u64,
     rng: StdRng,
     specs: EnvSpecs,
+    /// Where the outputs and the action sit in the buffers (kept: a step
+    /// compares one name per key).
+    step_out: Outputs,
+    reset_out: Outputs,
+    action: Hint,
 }
 
 impl Default for Pendulum {
@@ -70,6 +75,9 @@ impl Pendulum {
             max_episode_steps,
             rng: StdRng::seed_from_u64(0),
             specs: pendulum_specs(),
+            step_out: Outputs::default(),
+            reset_out: Outputs::default(),
+            action: Hint::default(),
         }
     }
 
@@ -168,13 +176,15 @@ impl Env for Pendulum {
         let th = self.rng.random_range(-PI..PI);
         let thdot = self.rng.random_range(-1.0..1.0);
         self.set_state([th, thdot]);
-        write_reset(out, &self.observation())
+        let observation = self.observation();
+        self.reset_out.write_reset(out, &observation)
     }
 
     fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-        let u = scalar_action::<f32>(NAME, input, "action")?;
+        let u = scalar_action_hinted::<f32>(NAME, input, "action", &mut self.action)?;
         let (observation, reward, truncated) = self.step_physics(u);
-        write_step(next, &observation, reward as f32, false, truncated)
+        self.step_out
+            .write_step(next, &observation, reward as f32, false, truncated)
     }
 }
 

@@ -275,6 +275,15 @@ pub enum SchemaDecodeError {
         /// Offset.
         at: usize,
     },
+    /// A field's flags byte that is not 0, or 1 on a field that cannot be
+    /// length-prefixed.
+    #[error("field flags {flags} at byte {at}: 0, or 1 on a u8 field of one dimension")]
+    FieldFlags {
+        /// The flags byte.
+        flags: u8,
+        /// Offset.
+        at: usize,
+    },
     /// A key part that is not UTF-8.
     #[error("invalid UTF-8 in a key part at byte {at}")]
     InvalidUtf8 {

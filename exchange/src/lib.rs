@@ -80,6 +80,6 @@ pub use crate::layout::{
 };
 #[cfg(not(loom))]
 pub use crate::region::{Region, RegionError};
-pub use crate::schema::{Field, Schema};
+pub use crate::schema::{Field, Schema, SIZE_HEADER};
 #[cfg(not(loom))]
 pub use crate::stats::{ExchangeStats, StatValue};

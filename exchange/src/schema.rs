@@ -14,13 +14,32 @@ use tensordict::{
 use crate::error::{SchemaDecodeError, SchemaError};
 
 /// One tensor of a [`Schema`]: its key, dtype and shape (the full shape,
-/// batch dims included) and its size in bytes.
+/// batch dims included), its size in bytes, and whether it is
+/// length-prefixed ([`Field::is_sized`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Field {
     key: NestedKey,
     dtype: DType,
     shape: Shape,
     nbytes: usize,
+    sized: bool,
+}
+
+/// The bytes of a length-prefixed field's header: a little-endian `u32`.
+pub const SIZE_HEADER: usize = 4;
+
+/// How many bytes of a length-prefixed field's `bytes` are meaningful: the
+/// header and the count it holds, at most all of them (a header that
+/// counts past the end, or a torn one, means the whole field).
+#[inline]
+pub(crate) fn sized_len(bytes: &[u8]) -> usize {
+    match bytes.first_chunk::<SIZE_HEADER>() {
+        Some(header) => usize::try_from(u32::from_le_bytes(*header))
+            .ok()
+            .and_then(|n| n.checked_add(SIZE_HEADER))
+            .map_or(bytes.len(), |n| n.min(bytes.len())),
+        None => bytes.len(),
+    }
 }
 
 impl Field {
@@ -48,7 +67,23 @@ impl Field {
             dtype,
             shape: shape.into(),
             nbytes,
+            sized: false,
         })
+    }
+
+    /// Whether the field is length-prefixed: a `u8` field of one dimension
+    /// whose first [`SIZE_HEADER`] bytes are a little-endian `u32` count of
+    /// the meaningful bytes that follow (what rlpool's Python envs put in
+    /// their `"info"` entry, usually empty). The exchange then copies the
+    /// header and those bytes only; the bytes past them are unspecified.
+    pub fn is_sized(&self) -> bool {
+        self.sized
+    }
+
+    /// Whether the field can be length-prefixed: `u8`, one dimension, room
+    /// for the header.
+    fn can_be_sized(&self) -> bool {
+        self.dtype == DType::U8 && self.shape.len() == 1 && self.nbytes >= SIZE_HEADER
     }
 
     /// The key.
@@ -79,9 +114,14 @@ impl Field {
 }
 
 /// `("next", "reward"): f32[1]`.
+/// A length-prefixed field ends with `, sized`.
 impl fmt::Display for Field {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}{:?}", self.key, self.dtype, self.shape.as_slice())
+        write!(f, "{}: {}{:?}", self.key, self.dtype, self.shape.as_slice())?;
+        if self.sized {
+            f.write_str(", sized")?;
+        }
+        Ok(())
     }
 }
 
@@ -174,6 +214,33 @@ impl Schema {
             }
         }
         Schema::from_parts(td.batch_size(), fields, dicts)
+    }
+
+    /// This schema with the fields at `keys` length-prefixed
+    /// ([`Field::is_sized`]); a key that names no field, or a field that is
+    /// not `u8` of one dimension with room for the header, is left as it
+    /// is (copied whole, which is always correct).
+    ///
+    /// ```
+    /// use exchange::Schema;
+    /// use tensordict::{DType, NestedKey, Tensor, TensorDict};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut template = TensorDict::new(&[]);
+    /// template.set("info", Tensor::zeros(DType::U8, &[1028]))?;
+    /// template.set("observation", Tensor::zeros(DType::F32, &[4]))?;
+    /// let keys = [NestedKey::from("info"), NestedKey::from("observation")];
+    /// let schema = Schema::from_template(&template)?.with_sized(&keys);
+    /// assert!(schema.field("info").unwrap().is_sized());
+    /// assert!(!schema.field("observation").unwrap().is_sized(), "f32: copied whole");
+    /// # Ok(()) }
+    /// ```
+    pub fn with_sized(mut self, keys: &[NestedKey]) -> Schema {
+        for field in &mut self.fields {
+            if field.can_be_sized() && keys.contains(&field.key) {
+                field.sized = true;
+            }
+        }
+        self
     }
 
     /// The schema that every env's template shares: identical batch sizes,
@@ -505,7 +572,8 @@ impl Schema {
     /// shape  := ndim u32 | dim u64 * ndim
     /// ```
     ///
-    /// The dtype byte is [`DType::tag`].
+    /// The dtype byte is [`DType::tag`]; the flags byte is 1 for a
+    /// length-prefixed field ([`Field::is_sized`]), else 0.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(MAGIC);
@@ -520,6 +588,7 @@ impl Schema {
         for field in &self.fields {
             write_key(&mut out, &field.key);
             out.push(field.dtype.tag());
+            out.push(u8::from(field.sized));
             write_shape(&mut out, &field.shape);
         }
         out
@@ -553,9 +622,9 @@ impl Schema {
             let key = read_key(&mut reader)?;
             dicts.push((key, read_shape(&mut reader, "sub-dict batch size")?));
         }
-        // Smallest field: nparts (4) + dtype (1) + ndim (4).
+        // Smallest field: nparts (4) + dtype (1) + flags (1) + ndim (4).
         let count = reader
-            .count::<u32>("field count", 9)
+            .count::<u32>("field count", 10)
             .map_err(decode_error)?;
         let mut fields = Vec::with_capacity(count);
         for _ in 0..count {
@@ -563,8 +632,16 @@ impl Schema {
             let at = reader.position();
             let tag = reader.u8("dtype").map_err(decode_error)?;
             let dtype = DType::from_tag(tag).ok_or(SchemaDecodeError::UnknownDType { tag, at })?;
+            let at = reader.position();
+            let flags = reader.u8("field flags").map_err(decode_error)?;
             let shape = read_shape(&mut reader, "shape")?;
-            fields.push(Field::new(key, dtype, &shape)?);
+            let mut field = Field::new(key, dtype, &shape)?;
+            match flags {
+                0 => {}
+                1 if field.can_be_sized() => field.sized = true,
+                _ => return Err(SchemaDecodeError::FieldFlags { flags, at }),
+            }
+            fields.push(field);
         }
         reader.finish("the schema").map_err(decode_error)?;
         Ok(Schema::from_parts(&batch_size, fields, dicts)?)
@@ -652,7 +729,7 @@ impl fmt::Display for Schema {
 /// The first bytes of an encoded schema.
 const MAGIC: &[u8; 4] = b"RLSC";
 /// The format version; a decoder refuses any other.
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 /// Most parts a decoded key may have (as deep as the tensordict codec
 /// nests): validating a key costs time in the square of its parts.
 const MAX_KEY_PARTS: usize = 64;

@@ -458,7 +458,7 @@ fn decoding_reports_what_is_wrong() {
     bad[4] = 9;
     assert_eq!(
         Schema::decode(&bad).unwrap_err().to_string(),
-        "unsupported schema version 9 (this decoder reads version 1)"
+        "unsupported schema version 9 (this decoder reads version 2)"
     );
 
     assert_eq!(
@@ -474,8 +474,8 @@ fn decoding_reports_what_is_wrong() {
     );
 
     // A one-field schema, built by hand.
-    let one = |part: &[u8], tag: u8, ndim: u32| {
-        let mut b = b"RLSC\x01".to_vec();
+    let one_flagged = |part: &[u8], tag: u8, flags: u8, ndim: u32| {
+        let mut b = b"RLSC\x02".to_vec();
         b.extend_from_slice(&0u32.to_le_bytes()); // batch size []
         b.extend_from_slice(&0u32.to_le_bytes()); // no sub-dict
         b.extend_from_slice(&1u32.to_le_bytes()); // one field
@@ -483,9 +483,22 @@ fn decoding_reports_what_is_wrong() {
         b.extend_from_slice(&(part.len() as u32).to_le_bytes());
         b.extend_from_slice(part);
         b.push(tag);
+        b.push(flags);
         b.extend_from_slice(&ndim.to_le_bytes());
         b
     };
+    let one = |part: &[u8], tag: u8, ndim: u32| one_flagged(part, tag, 0, ndim);
+    // Flags: 1 only on a u8 field of one dimension.
+    assert_eq!(
+        Schema::decode(&one_flagged(b"x", DType::U8.tag(), 2, 0))
+            .unwrap_err()
+            .to_string(),
+        "field flags 2 at byte 27: 0, or 1 on a u8 field of one dimension"
+    );
+    assert!(matches!(
+        Schema::decode(&one_flagged(b"x", DType::F32.tag(), 1, 0)),
+        Err(SchemaDecodeError::FieldFlags { flags: 1, at: 27 })
+    ));
     let ok = one(b"x", DType::F32.tag(), 0);
     assert_eq!(
         Schema::decode(&ok).unwrap(),
@@ -509,7 +522,7 @@ fn decoding_reports_what_is_wrong() {
         SchemaDecodeError::Invalid(SchemaError::InvalidKey { .. })
     ));
     // A key deeper than any tensordict.
-    let mut deep = b"RLSC\x01".to_vec();
+    let mut deep = b"RLSC\x02".to_vec();
     deep.extend_from_slice(&0u32.to_le_bytes()); // batch size []
     deep.extend_from_slice(&1u32.to_le_bytes()); // one sub-dict
     deep.extend_from_slice(&65u32.to_le_bytes()); // of 65 parts
@@ -529,7 +542,7 @@ fn decoding_reports_what_is_wrong() {
         Schema::decode(&one(b"x", 0, u32::MAX))
             .unwrap_err()
             .to_string(),
-        "truncated schema: shape at byte 27 needs 34359738360 bytes but 0 remain"
+        "truncated schema: shape at byte 28 needs 34359738360 bytes but 0 remain"
     );
 }
 
@@ -612,4 +625,34 @@ proptest! {
             prop_assert_eq!(Schema::decode(&schema.encode()).unwrap(), schema);
         }
     }
+}
+
+/// A length-prefixed field keeps its mark through an encoding, shows it,
+/// and changes the fingerprint-relevant bytes; fields that cannot carry
+/// the header are left as they are.
+#[test]
+fn sized_fields_round_trip() {
+    let mut template = TensorDict::new(&[]);
+    template
+        .set("info", Tensor::zeros(DType::U8, &[20]))
+        .unwrap();
+    template
+        .set("tiny", Tensor::zeros(DType::U8, &[3]))
+        .unwrap();
+    template
+        .set("observation", Tensor::zeros(DType::F32, &[4]))
+        .unwrap();
+    let plain = Schema::from_template(&template).unwrap();
+    let keys = [key("info"), key("tiny"), key("observation"), key("absent")];
+    let sized = plain.clone().with_sized(&keys);
+    let marked: Vec<bool> = sized.fields().iter().map(Field::is_sized).collect();
+    // Sorted: info, observation, tiny.
+    assert_eq!(marked, [true, false, false]);
+    assert_ne!(sized, plain);
+    assert_ne!(sized.encode(), plain.encode());
+    assert_eq!(Schema::decode(&sized.encode()).unwrap(), sized);
+    assert_eq!(
+        sized.field("info").unwrap().to_string(),
+        r#""info": u8[20], sized"#
+    );
 }

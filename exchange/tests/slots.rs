@@ -1237,3 +1237,70 @@ fn input_rows_write_one_row_of_a_batch_into_a_slot() {
     let empty = TensorDict::new(&[3]);
     assert!(!parent.input_rows(&empty).unwrap().is_complete());
 }
+
+/// A length-prefixed field crosses as its header and the bytes it counts:
+/// a long value, then a short one (what follows the short one's bytes is
+/// unspecified), then an empty one; a header that counts past the field
+/// crosses the whole field.
+#[test]
+fn a_sized_field_crosses_its_counted_bytes() {
+    let keys = [NestedKey::from("info")];
+    let result = Schema::new(
+        &[],
+        vec![
+            Field::new("info", DType::U8, &[12]).unwrap(),
+            Field::new("observation", DType::F32, &[1]).unwrap(),
+        ],
+    )
+    .unwrap()
+    .with_sized(&keys);
+    let mut parent = Exchange::create(
+        "sized",
+        Schema::empty(&[]),
+        result.clone(),
+        Schema::empty(&[]),
+        1,
+    )
+    .unwrap();
+    let worker = Exchange::open(
+        parent.try_clone_fd().unwrap(),
+        Schema::empty(&[]),
+        result,
+        Schema::empty(&[]),
+    )
+    .unwrap();
+    let blob = |len: u32, fill: u8| {
+        let mut bytes = len.to_le_bytes().to_vec();
+        bytes.extend(std::iter::repeat_n(fill, 8));
+        let mut td = TensorDict::new(&[]);
+        td.set("info", Tensor::from_vec(&[12], bytes).unwrap())
+            .unwrap();
+        td.set(
+            "observation",
+            Tensor::from_vec(&[1], vec![f32::from(fill)]).unwrap(),
+        )
+        .unwrap();
+        td
+    };
+    let mut exchange = |td: &TensorDict| -> Vec<u8> {
+        worker.publish(0, td).unwrap();
+        let received = parent.receive(Receive::new()).unwrap();
+        received
+            .batch()
+            .tensor("info")
+            .unwrap()
+            .to_vec::<u8>()
+            .unwrap()
+    };
+    let full = exchange(&blob(8, 7));
+    assert_eq!(full, [8, 0, 0, 0, 7, 7, 7, 7, 7, 7, 7, 7]);
+    let short = exchange(&blob(3, 9));
+    // The receive's batch is new: zeros past the count show that only the
+    // counted bytes were read (the slot still holds the long value's).
+    assert_eq!(short, [3, 0, 0, 0, 9, 9, 9, 0, 0, 0, 0, 0]);
+    let empty = exchange(&blob(0, 5));
+    assert_eq!(empty, [0; 12]);
+    // Counting past the field: all of it.
+    let past = exchange(&blob(u32::MAX, 4));
+    assert_eq!(past, [255, 255, 255, 255, 4, 4, 4, 4, 4, 4, 4, 4]);
+}

@@ -99,6 +99,7 @@ pub fn sample_messages() -> (Samples, Samples) {
                 runners: 2,
                 max_runners: 0,
                 affinity: Some(vec![0, 1]),
+                pin_required: true,
                 envs: vec![
                     EnvEntry {
                         env: 2,

@@ -6,6 +6,8 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tensordict::NestedKey;
+
 use crate::Affinity;
 
 /// How results travel from the workers.
@@ -53,9 +55,15 @@ pub struct ProcOptions {
     pub(crate) max_threads_per_worker: Option<NonZeroUsize>,
     /// The exchange (default [`ExchangeMode::Auto`]).
     pub(crate) exchange: ExchangeMode,
+    /// Result entries that are length-prefixed (default: none): see
+    /// [`ProcOptions::length_prefixed`].
+    pub(crate) length_prefixed: Vec<NestedKey>,
     /// One CPU set per worker, applied in the worker before any env is
     /// built (default: none).
     pub(crate) affinity: Option<Affinity>,
+    /// Without an affinity, whether the workers are spread over this
+    /// process's CPUs (default: yes): see [`ProcOptions::spread_workers`].
+    pub(crate) spread: bool,
     /// The program a worker runs (default: this one, `current_exe`). Any
     /// program whose `main` calls the init function and registers the same
     /// envs will do.
@@ -83,7 +91,9 @@ impl Default for ProcOptions {
             threads_per_worker: None,
             max_threads_per_worker: None,
             exchange: ExchangeMode::Auto,
+            length_prefixed: Vec::new(),
             affinity: None,
+            spread: true,
             program: None,
             worker_args: Vec::new(),
             quiet: false,
@@ -124,6 +134,49 @@ impl ProcOptions {
     /// Sets the exchange.
     pub fn exchange(mut self, exchange: ExchangeMode) -> ProcOptions {
         self.exchange = exchange;
+        self
+    }
+
+    /// Declares result entries length-prefixed: `u8` entries of one
+    /// dimension whose first 4 bytes are a little-endian `u32` count of the
+    /// meaningful bytes after them (the `"info"` entry of rlpool's Python
+    /// envs, empty on most steps). The shm exchange then copies the count
+    /// and those bytes only, in the worker and in the parent; what follows
+    /// them in a result is unspecified. A key of no such entry is ignored;
+    /// the queue exchange is not affected.
+    ///
+    /// ```
+    /// let options = pool_proc::ProcOptions::default().length_prefixed(["info"]);
+    /// # let _ = options;
+    /// ```
+    pub fn length_prefixed<K: Into<NestedKey>>(
+        mut self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> ProcOptions {
+        self.length_prefixed = keys.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Whether, without an [`affinity`](ProcOptions::affinity), the workers
+    /// are spread over the CPUs this process may use (default: yes): each
+    /// gets its own group of them (one CPU each when they are as many), as
+    /// long as they are no more than the CPUs; more workers than CPUs are
+    /// left to the scheduler. A worker that cannot pin itself runs where
+    /// it may (an affinity asked for is an error instead).
+    ///
+    /// Why: a parent that spins while it waits and its workers are more
+    /// busy threads than cores, and the scheduler may leave two workers
+    /// sharing one core for a whole run while the parent holds the other.
+    /// On the project's 2-core machine, spreading made process pools 1.3x
+    /// to 1.8x faster (docs/performance.md).
+    ///
+    /// ```
+    /// // Leave the workers where the scheduler puts them.
+    /// let options = pool_proc::ProcOptions::default().spread_workers(false);
+    /// # let _ = options;
+    /// ```
+    pub fn spread_workers(mut self, spread: bool) -> ProcOptions {
+        self.spread = spread;
         self
     }
 

@@ -44,6 +44,10 @@ pub(crate) enum ToWorker {
         /// The most runners it may have, spares included (0: one per env).
         max_runners: u32,
         affinity: Option<Vec<u32>>,
+        /// Whether a worker that cannot pin itself to `affinity` fails
+        /// (the user asked for it), or runs where it is (the pool spread its
+        /// workers over the CPUs of its own accord).
+        pin_required: bool,
         envs: Vec<EnvEntry>,
     },
     /// Commands and results travel over this socket.
@@ -198,6 +202,17 @@ pub(crate) enum WireError {
         /// The byte.
         value: u8,
     },
+    /// A hello's affinity flag other than 0 (none), 1 (a required pin) or
+    /// 2 (a pin at best).
+    #[error("{what} at byte {at}: unknown value {value}")]
+    UnknownFlag {
+        /// The field.
+        what: &'static str,
+        /// Its offset.
+        at: usize,
+        /// The byte.
+        value: u8,
+    },
     /// An op code that [`op_of`] does not know.
     #[error("op at byte {at}: unknown code {code}")]
     UnknownOp {
@@ -265,12 +280,13 @@ impl ToWorker {
                 runners,
                 max_runners,
                 affinity,
+                pin_required,
                 envs,
             } => {
                 out.u8(HELLO).u32(*worker).u32(*runners).u32(*max_runners);
                 match affinity {
                     None => out.u8(0),
-                    Some(cpus) => out.u8(1).u32s(cpus),
+                    Some(cpus) => out.u8(if *pin_required { 1 } else { 2 }).u32s(cpus),
                 };
                 out.u32(envs.len() as u32);
                 for e in envs {
@@ -306,10 +322,17 @@ impl ToWorker {
                 let worker = r.u32("worker")?;
                 let runners = r.u32("runners")?;
                 let max_runners = r.u32("max runners")?;
-                let affinity = if r.bool("affinity flag")? {
-                    Some(r.u32s("affinity")?)
-                } else {
-                    None
+                let at = r.0.position();
+                let (affinity, pin_required) = match r.u8("affinity flag")? {
+                    0 => (None, false),
+                    flag @ (1 | 2) => (Some(r.u32s("affinity")?), flag == 1),
+                    value => {
+                        return Err(WireError::UnknownFlag {
+                            what: "affinity flag",
+                            at,
+                            value,
+                        })
+                    }
                 };
                 // Smallest env: its index and two empty strings' lengths.
                 let n = r.count("env count", 12)?;
@@ -326,6 +349,7 @@ impl ToWorker {
                     runners,
                     max_runners,
                     affinity,
+                    pin_required,
                     envs,
                 }
             }
@@ -596,6 +620,7 @@ mod tests {
                 runners: 2,
                 max_runners: 0,
                 affinity: Some(vec![0, 1]),
+                pin_required: true,
                 envs: vec![EnvEntry {
                     env: 7,
                     name: "CartPole-v1".into(),
@@ -606,7 +631,16 @@ mod tests {
                 worker: 0,
                 runners: 1,
                 max_runners: 1,
+                affinity: Some(vec![1]),
+                pin_required: false,
+                envs: Vec::new(),
+            },
+            ToWorker::Hello {
+                worker: 0,
+                runners: 1,
+                max_runners: 1,
                 affinity: None,
+                pin_required: false,
                 envs: Vec::new(),
             },
             ToWorker::UseQueue,

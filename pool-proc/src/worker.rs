@@ -356,6 +356,25 @@ impl Activity {
     }
 }
 
+/// Pins this thread (the worker's first, whose CPUs its threads inherit)
+/// to `cpus`, and returns the CPUs it may run on then. A pin that is not
+/// `required` (the pool's own spread) and cannot be had leaves the thread
+/// where it was; a required one is an error message (the parent's error
+/// names the worker, the message does not).
+fn pin(worker: usize, cpus: &[usize], required: bool) -> Result<Vec<usize>, String> {
+    let pinned = affinity::pin_current_thread(worker, cpus).and_then(|()| crate::current_cpus());
+    let pinned = match pinned {
+        Err(_) if !required => crate::current_cpus(),
+        pinned => pinned,
+    };
+    pinned.map_err(|err| match err {
+        crate::AffinityError::Pin { cpus, errno, .. } => {
+            format!("could not pin to {cpus:?}: {errno}")
+        }
+        other => other.to_string(),
+    })
+}
+
 fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
     let io_err = |e: io::Error| format!("writing the control socket: {e}");
     let Some(ToWorker::Hello {
@@ -363,6 +382,7 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
         runners,
         max_runners,
         affinity,
+        pin_required,
         envs,
     }) = next_message(reader)?
     else {
@@ -370,9 +390,7 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
     };
     if let Some(cpus) = affinity {
         let cpus: Vec<usize> = cpus.into_iter().map(|c| c as usize).collect();
-        let pinned = affinity::pin_current_thread(worker as usize, &cpus)
-            .and_then(|()| crate::current_cpus());
-        match pinned {
+        match pin(worker as usize, &cpus, pin_required) {
             Ok(now) => send(
                 writer,
                 &FromWorker::Pinned {
@@ -380,14 +398,7 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
                 },
             )
             .map_err(io_err)?,
-            Err(err) => {
-                // The parent's error names the worker; the message does not.
-                let message = match err {
-                    crate::AffinityError::Pin { cpus, errno, .. } => {
-                        format!("could not pin to {cpus:?}: {errno}")
-                    }
-                    other => other.to_string(),
-                };
+            Err(message) => {
                 send(writer, &FromWorker::PinFailed { message }).map_err(io_err)?;
                 return Ok(());
             }
@@ -948,6 +959,23 @@ fn shm_command(work: &Work, exchange: &Exchange, local: usize, word: u32) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pin the pool chose that cannot be had leaves the thread where it
+    /// was; a required one is an error naming the CPUs. (A CPU past any
+    /// this machine has cannot be pinned to; the thread stays unpinned.)
+    #[test]
+    fn a_best_effort_pin_that_fails_runs_where_it_was() {
+        std::thread::spawn(|| {
+            let before = crate::current_cpus().unwrap();
+            let nowhere = [1000];
+            assert_eq!(pin(0, &nowhere, false).unwrap(), before);
+            let err = pin(0, &nowhere, true).unwrap_err();
+            assert!(err.contains("1000"), "{err}");
+            assert_eq!(crate::current_cpus().unwrap(), before);
+        })
+        .join()
+        .unwrap();
+    }
 
     /// An activity word keeps its start beside the flags, and each
     /// runner's word has cache lines of its own.

@@ -30,7 +30,7 @@ use crate::queue::{Job, WorkQueue};
 use crate::ThreadError;
 
 use self::cell::{sync_root, Cell};
-use self::inputs::Inputs;
+use self::inputs::{Checked, Inputs};
 use self::worker::Held;
 
 mod cell;
@@ -194,7 +194,8 @@ impl ThreadBackend {
         // Every input is checked here, once per kind of env input buffer
         // (the rows of one send all have one layout), before anything is
         // queued; the worker that runs the env copies it.
-        let mut checked: Vec<(usize, bool)> = Vec::new();
+        let mut checked = Checked::default();
+        let rows = src.and_then(|src| src.batch_size().first().copied());
         let takes_input = |env: usize| op != Op::Reset || self.inputs.reset_takes_input[env];
         for &(env, row) in jobs {
             match src {
@@ -202,7 +203,7 @@ impl ThreadBackend {
                 _ if !takes_input(env) => {}
                 Some(src) => self
                     .inputs
-                    .check(env, src, row, &mut checked)
+                    .check(env, src, row, rows, &mut checked)
                     .map_err(|source| ThreadError::Input {
                         env,
                         name: self.names[env].clone(),

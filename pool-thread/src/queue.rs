@@ -40,7 +40,9 @@ pub(crate) struct Job {
 #[derive(Debug)]
 pub(crate) struct WorkQueue {
     queues: Vec<Mutex<VecDeque<Job>>>,
-    envs: usize,
+    /// Per env: the worker whose queue it goes to (envs in blocks, in
+    /// order), looked up rather than divided out on every push.
+    homes: Box<[u16]>,
     pushed: Signal,
     stop: AtomicBool,
 }
@@ -56,17 +58,27 @@ pub(crate) const HELP_CHUNK: usize = 8;
 impl WorkQueue {
     /// Queues for `workers` workers (at least one) sharing `envs` envs.
     pub(crate) fn new(workers: usize, envs: usize) -> WorkQueue {
+        let queues = workers.clamp(1, usize::from(u16::MAX));
         WorkQueue {
-            queues: (0..workers.max(1)).map(|_| Mutex::default()).collect(),
-            envs: envs.max(1),
+            queues: (0..queues).map(|_| Mutex::default()).collect(),
+            homes: (0..envs)
+                .map(|env| {
+                    let home = (env * queues / envs.max(1)).min(queues - 1);
+                    u16::try_from(home).expect("fewer workers than u16::MAX")
+                })
+                .collect(),
             pushed: Signal::default(),
             stop: AtomicBool::new(false),
         }
     }
 
-    /// The worker whose queue env `env` goes to: envs in blocks, in order.
+    /// The worker whose queue env `env` goes to: envs in blocks, in order
+    /// (an env past the last, which a send never queues, to the last).
+    #[inline]
     fn home(&self, env: usize) -> usize {
-        (env * self.queues.len() / self.envs).min(self.queues.len() - 1)
+        self.homes
+            .get(env)
+            .map_or(self.queues.len() - 1, |&home| usize::from(home))
     }
 
     /// Queues jobs (each in its env's home queue) and wakes the workers.

@@ -286,6 +286,48 @@ fn affinity_is_checked_then_applied() {
     });
 }
 
+/// Without an affinity the workers are spread over this process's CPUs:
+/// one group each, as long as they are no more than the CPUs; more
+/// workers than CPUs, or `spread_workers(false)`, leave them every CPU.
+#[test]
+fn workers_are_spread_over_the_cpus_unless_told_not_to() {
+    watchdog(|| {
+        test_envs::register();
+        let available = pool::available_cpus().unwrap();
+        let cpus_of_envs = |options: ProcOptions, n: usize| {
+            let pool = AsyncEnvPool::builder()
+                .backend(Backend::Multiprocessing(options))
+                .registered_n(WHERE_AM_I, n, Kwargs::new())
+                .build()
+                .unwrap();
+            let root = pool.reset(None).unwrap().into_dense().unwrap();
+            let obs = root.tensor("observation").unwrap().to_vec::<i64>().unwrap();
+            // Per env: how many CPUs it may use, and the first of them.
+            obs.chunks(3)
+                .map(|o| (o[0] as usize, o[1] as usize))
+                .collect::<Vec<_>>()
+        };
+        let two = cpus_of_envs(options(ExchangeMode::Queue), 2);
+        if available.len() >= 2 {
+            let half = available.len() / 2;
+            assert_eq!(
+                two,
+                [
+                    (half, available[0]),
+                    (available.len() - half, available[half])
+                ]
+            );
+        } else {
+            assert_eq!(two, [(1, available[0]); 2]);
+        }
+        let unspread = cpus_of_envs(options(ExchangeMode::Queue).spread_workers(false), 2);
+        assert_eq!(unspread, [(available.len(), available[0]); 2]);
+        let crowd = available.len() + 1;
+        let crowded = cpus_of_envs(options(ExchangeMode::Queue), crowd);
+        assert_eq!(crowded, vec![(available.len(), available[0]); crowd]);
+    });
+}
+
 /// Several envs share a worker (each on its own thread there): 8 envs on
 /// 2 workers step correctly, on both exchanges.
 #[test]

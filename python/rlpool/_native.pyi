@@ -2,7 +2,7 @@
 `rlpool` package)."""
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from rlpool._tensordict import LazyStackedTensorDict, TensorDict
 
@@ -22,7 +22,10 @@ class Pool:
         stack: str,
         exchange: str,
         envs_per_worker: int,
-        worker_affinity: Sequence[Sequence[int]] | Callable[[int], Sequence[int]] | None,
+        worker_affinity: Sequence[Sequence[int]]
+        | Callable[[int], Sequence[int]]
+        | Literal[False]
+        | None,
         num_threads: int | None,
         start_timeout: float,
         worker_command: list[str],

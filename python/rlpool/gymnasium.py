@@ -350,7 +350,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
         exchange: ``"auto"``, ``"shm"`` or ``"queue"``, as
             :class:`~rlpool.AsyncEnvPool` takes it.
         worker_affinity: CPU sets of the workers, as
-            :class:`~rlpool.AsyncEnvPool` takes them.
+            :class:`~rlpool.AsyncEnvPool` takes them (by default, one
+            worker process per CPU, each pinned to its own; ``False``
+            leaves them to the scheduler).
         batch_size: how many results :meth:`recv` returns by default
             (default: every env).
         backend: ``"multiprocessing"`` (default) or ``"threading"`` (the
@@ -389,7 +391,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, Array]):
         *,
         envs_per_worker: int | None = None,
         exchange: Literal["auto", "shm", "queue"] = "auto",
-        worker_affinity: Sequence[Sequence[int]] | Callable[[int], Sequence[int]] | None = None,
+        worker_affinity: Sequence[Sequence[int]]
+        | Callable[[int], Sequence[int]]
+        | Literal[False]
+        | None = None,
         batch_size: int | None = None,
         backend: Literal["multiprocessing", "threading"] = "multiprocessing",
         max_info_bytes: int = 1024,

@@ -173,7 +173,12 @@ impl Pool {
             }
         };
         let failed: Arc<Mutex<Option<PyErr>>> = Arc::new(Mutex::new(None));
+        // `False`: no affinity, and the workers not spread over the CPUs.
+        let unspread = worker_affinity.as_ref().is_some_and(|a| {
+            a.is_instance_of::<pyo3::types::PyBool>() && !a.is_truthy().unwrap_or(true)
+        });
         let affinity = worker_affinity
+            .filter(|_| !unspread)
             .map(|a| affinity_of(py, a, failed.clone()))
             .transpose()?;
         if !(start_timeout.is_finite() && start_timeout > 0.0) {
@@ -208,6 +213,14 @@ impl Pool {
                 }
                 if let Some(affinity) = affinity {
                     options = options.affinity(affinity);
+                }
+                if unspread {
+                    options = options.spread_workers(false);
+                }
+                if names.iter().any(|name| name == crate::pyenv::NAME) {
+                    // A Python env's pickled info, empty on most steps,
+                    // crosses as its length and bytes only.
+                    options = options.length_prefixed([crate::pyenv::INFO_KEY]);
                 }
                 (Backend::Multiprocessing(options), "multiprocessing")
             }
@@ -724,8 +737,8 @@ fn affinity_of(
     let sets: Vec<Vec<usize>> = affinity.extract().map_err(|_| {
         invalid_type(
             py,
-            "worker_affinity must be a list of CPU lists (one per worker) or a function of the \
-             worker index"
+            "worker_affinity must be a list of CPU lists (one per worker), a function of the \
+             worker index, or False"
                 .to_string(),
         )
     })?;

@@ -27,8 +27,13 @@ use crate::gil::keep_thread_state;
 pub(crate) const NAME: &str = "rlpool.python";
 
 /// The bytes in front of an info entry's pickle: its length (u32, little
-/// endian).
+/// endian), as `ProcOptions::length_prefixed` describes it.
 const INFO_HEADER: usize = 4;
+
+/// The key of a Python env's pickled info: a length-prefixed entry
+/// (`ProcOptions::length_prefixed`), so that an empty info costs its
+/// header only.
+pub(crate) const INFO_KEY: &str = "info";
 
 /// Registers [`NAME`] in this process's registry (once: the module's init
 /// runs once per process).
@@ -196,7 +201,7 @@ impl PyEnv {
         }
         if info_bytes > 0 {
             observation.set(
-                "info",
+                INFO_KEY,
                 TensorSpec::try_unbounded(&[INFO_HEADER + info_bytes], DType::U8)?,
             )?;
         }
@@ -306,7 +311,7 @@ impl PyEnv {
     /// `"info"` entry, if there is one.
     fn write_info(&self, info: &Bound<'_, PyAny>, out: &mut TensorDict) -> PyResult<()> {
         if self.info_bytes > 0 {
-            let mut tensor = out.tensor_mut("info").map_err(to_py)?;
+            let mut tensor = out.tensor_mut(INFO_KEY).map_err(to_py)?;
             let bytes = tensor.bytes_mut();
             if info.is_none() {
                 bytes[..INFO_HEADER].fill(0);

@@ -158,6 +158,20 @@ class BigInfo(SpaceEnv):
         return obs, reward, terminated, truncated, {"blob": b"x" * self.size}
 
 
+class VaryingInfo(SpaceEnv):
+    """A Box env whose step infos change size: ``sizes[t % len(sizes)]``
+    bytes at step ``t`` (0: an empty info)."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        super().__init__(box2(), spaces.Discrete(2))
+        self.sizes = sizes
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        size = self.sizes[self.t % len(self.sizes)]
+        return obs, reward, terminated, truncated, {"blob": b"y" * size} if size else {}
+
+
 class WrongShape(SpaceEnv):
     """A Box env of shape (2,) that returns observations of shape (3,)."""
 

@@ -292,6 +292,25 @@ def test_affinity_is_applied(pools, proc_config):
         pools(["WhereAmI"] * 2, worker_affinity=[[first], []], **one_each)
 
 
+def test_workers_are_spread_unless_affinity_is_false(pools, proc_config):
+    """By default the worker processes get a group of CPUs each (one when
+    they are as many as the CPUs); worker_affinity=False leaves them every
+    CPU, and True is no CPU list."""
+    cpus = sorted(os.sched_getaffinity(0))
+    one_each = proc_config.options(envs_per_worker=1)
+    obs = np.asarray(pools(["WhereAmI"] * 2, **one_each).reset()["observation"])
+    if len(cpus) >= 2:
+        half = len(cpus) // 2
+        assert obs[:, :2].tolist() == [[half, cpus[0]], [len(cpus) - half, cpus[half]]]
+    else:
+        assert obs[:, :2].tolist() == [[1, cpus[0]]] * 2
+    pool = pools(["WhereAmI"] * 2, worker_affinity=False, **one_each)
+    obs = np.asarray(pool.reset()["observation"])
+    assert obs[:, :2].tolist() == [[len(cpus), cpus[0]]] * 2
+    with pytest.raises(rlpool.InvalidType, match="or False"):
+        pools(["WhereAmI"] * 2, worker_affinity=True, **one_each)
+
+
 def test_eight_envs_on_two_workers(pools, proc_config):
     """Several envs share a worker: 8 envs on 2 workers run in the right
     process and step correctly."""

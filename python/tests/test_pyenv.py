@@ -329,6 +329,22 @@ def test_infos_travel_pickled_and_empty_infos_cost_one_look(pools, config):
     assert out["next", "info"][1, :4].tolist() == [0, 0, 0, 0]
 
 
+def test_infos_that_shrink_and_grow_decode_whole(pools, config):
+    # With shared memory the info entry is length-prefixed: only its count
+    # and the bytes counted cross, so a short info after a long one leaves
+    # the long one's tail behind it, which decoding must not read.
+    sizes = [300, 5, 0, 120, 0, 0, 700]
+    pool = pools(
+        [rlpool.PyEnvMaker(python_envs.VaryingInfo, {"sizes": sizes})] * 2, **config.options()
+    )
+    pool.reset()
+    for t in range(1, 2 * len(sizes)):
+        out = pool.step({"action": np.array([0, 1])})
+        size = sizes[t % len(sizes)]
+        expected = {"blob": b"y" * size} if size else {}
+        assert rlpool.decode_infos(out["next", "info"]) == [expected, expected], t
+
+
 def test_max_info_bytes_zero_drops_the_info_entry(pools):
     pool = pools([rlpool.PyEnvMaker(python_envs.box_env, max_info_bytes=0)])
     assert "info" not in pool.reset()

@@ -17,12 +17,38 @@ const LINEAR_SCAN_MAX: usize = 16;
 /// copy no key bytes.
 pub(crate) type Name = Arc<str>;
 
-/// Whether two keys are equal: lengths first, then the bytes in an inlined
-/// loop (keys are short; a `memcmp` call costs more than the comparison).
+/// Whether two keys are equal: lengths first, then the same address, then
+/// the bytes, inlined (keys are short; a `memcmp` call costs more than the
+/// comparison).
 #[inline]
 pub(crate) fn same_name(a: &str, b: &str) -> bool {
     a.len() == b.len()
-        && (std::ptr::eq(a.as_ptr(), b.as_ptr()) || a.bytes().zip(b.bytes()).all(|(x, y)| x == y))
+        && (std::ptr::eq(a.as_ptr(), b.as_ptr()) || same_bytes(a.as_bytes(), b.as_bytes()))
+}
+
+/// Whether two byte strings of one length are equal, eight bytes at a time
+/// (the last word overlapping the one before), or four, or one by one for
+/// the shortest.
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    debug_assert_eq!(n, b.len());
+    let word = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().expect("8 bytes"));
+    let half = |s: &[u8], at: usize| u32::from_ne_bytes(s[at..at + 4].try_into().expect("4 bytes"));
+    if n >= 8 {
+        let mut at = 0;
+        while at + 8 <= n {
+            if word(a, at) != word(b, at) {
+                return false;
+            }
+            at += 8;
+        }
+        at == n || word(a, n - 8) == word(b, n - 8)
+    } else if n >= 4 {
+        half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4)
+    } else {
+        a.iter().zip(b).all(|(x, y)| x == y)
+    }
 }
 
 /// Entries sorted by key, each key once.
@@ -212,6 +238,24 @@ mod tests {
             assert!(entries.remove("k002").is_none());
             entries.get_or_insert_with("a", || Entry::NonTensor(NonTensor::Int(-1)));
             assert_eq!(entries.keys().next().map(|k| &**k), Some("a"));
+        }
+    }
+
+    /// The word-wise comparison agrees with `==` for every length up to
+    /// three words and a difference at every position.
+    #[test]
+    fn same_name_agrees_with_string_equality() {
+        for n in 0..=24 {
+            let a: String = (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            let copy = a.clone();
+            assert!(same_name(&a, &copy), "{a:?}");
+            for at in 0..n {
+                let mut b = a.clone().into_bytes();
+                b[at] = b'Z';
+                let b = String::from_utf8(b).unwrap();
+                assert!(!same_name(&a, &b), "{a:?} vs {b:?}");
+            }
+            assert!(!same_name(&a, &format!("{a}x")));
         }
     }
 }

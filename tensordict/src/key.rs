@@ -97,6 +97,13 @@ pub trait KeyLike {
     /// The parts of the key, outermost first.
     fn key_parts(&self) -> KeyParts<'_>;
 
+    /// The key itself when it has a single part (a plain `&str` or
+    /// `String`): lookups then skip building its parts, which is most of
+    /// the cost of an env writing its outputs by name on every step.
+    fn single(&self) -> Option<&str> {
+        None
+    }
+
     /// An owned copy of the key.
     fn to_key(&self) -> NestedKey {
         NestedKey::new(self.key_parts())
@@ -107,17 +114,35 @@ impl KeyLike for str {
     fn key_parts(&self) -> KeyParts<'_> {
         smallvec::smallvec![self]
     }
+
+    #[inline]
+    fn single(&self) -> Option<&str> {
+        Some(self)
+    }
 }
 
 impl KeyLike for String {
     fn key_parts(&self) -> KeyParts<'_> {
         smallvec::smallvec![self.as_str()]
     }
+
+    #[inline]
+    fn single(&self) -> Option<&str> {
+        Some(self)
+    }
 }
 
 impl KeyLike for NestedKey {
     fn key_parts(&self) -> KeyParts<'_> {
         self.0.iter().map(String::as_str).collect()
+    }
+
+    #[inline]
+    fn single(&self) -> Option<&str> {
+        match self.0.as_slice() {
+            [only] => Some(only),
+            _ => None,
+        }
     }
 }
 
@@ -154,6 +179,11 @@ impl KeyLike for [String] {
 impl<T: KeyLike + ?Sized> KeyLike for &T {
     fn key_parts(&self) -> KeyParts<'_> {
         (**self).key_parts()
+    }
+
+    #[inline]
+    fn single(&self) -> Option<&str> {
+        (**self).single()
     }
 }
 
@@ -219,5 +249,26 @@ mod tests {
         assert!(NestedKey::from("a").is_valid());
         assert!(!NestedKey::default().is_valid());
         assert!(!NestedKey::from(("a", "")).is_valid());
+    }
+
+    /// `single` is the one part of a one-part key, and `None` for any
+    /// other, whatever the key's type: lookups rely on it.
+    #[test]
+    fn single_is_the_only_part() {
+        let one = NestedKey::from("a");
+        let two = NestedKey::from(("a", "b"));
+        assert_eq!("a".single(), Some("a"));
+        assert_eq!(String::from("a").single(), Some("a"));
+        assert_eq!(one.single(), Some("a"));
+        assert_eq!(KeyLike::single(&&one), Some("a"));
+        assert_eq!(two.single(), None);
+        assert_eq!(("a", "b").single(), None);
+        assert_eq!(["a"].single(), None, "arrays take the general path");
+        for key in [&one, &two] {
+            assert_eq!(
+                key.single().is_some(),
+                key.key_parts().len() == 1 && key.single() == Some(key.key_parts()[0])
+            );
+        }
     }
 }

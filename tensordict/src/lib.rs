@@ -62,4 +62,4 @@ pub use crate::key::{KeyLike, KeyParts, NestedKey};
 pub use crate::non_tensor::NonTensor;
 pub use crate::stack::{LazyStackedTensorDict, StackedTensorDict};
 pub use crate::tensor::{Shape, Tensor};
-pub use crate::tensordict::{Entry, TensorDict, TensorMut};
+pub use crate::tensordict::{Entry, Hint, TensorDict, TensorMut};

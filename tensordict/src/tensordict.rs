@@ -109,6 +109,12 @@ impl From<TensorDict> for Entry {
     }
 }
 
+/// Where a key was found in a tensordict level the last time: what
+/// [`TensorDict::tensor_mut_hinted`] and [`TensorDict::get_hinted`] look at
+/// first. Any value is safe: a wrong one only costs a search.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Hint(usize);
+
 /// Mutable access to a tensor inside a tensordict: its elements can change,
 /// its shape and dtype cannot (so the batch size stays valid).
 #[derive(Debug)]
@@ -260,6 +266,9 @@ impl TensorDict {
 
     /// The entry at `key`, if any.
     pub fn get(&self, key: impl KeyLike) -> Option<&Entry> {
+        if let Some(name) = key.single() {
+            return self.entries.get(name);
+        }
         let parts = key.key_parts();
         let (leaf, path) = parts.split_last()?;
         let mut node = self;
@@ -270,6 +279,9 @@ impl TensorDict {
     }
 
     fn get_or_err(&self, key: &impl KeyLike) -> Result<&Entry, TensorDictError> {
+        if let Some(Ok(i)) = key.single().map(|name| self.entries.position(name)) {
+            return Ok(self.entries.at(i));
+        }
         let parts = key.key_parts();
         let (leaf, path) = parts
             .split_last()
@@ -331,6 +343,11 @@ impl TensorDict {
     }
 
     fn get_mut_or_err(&mut self, key: &impl KeyLike) -> Result<&mut Entry, TensorDictError> {
+        // One level (the common case): one lookup, no parts built. A miss
+        // takes the general path below, which builds the error.
+        if let Some(Ok(i)) = key.single().map(|name| self.entries.position(name)) {
+            return Ok(self.entries.at_mut(i));
+        }
         // Find the position at each level immutably (errors need `&self`),
         // then walk down mutably by position: one lookup per level.
         let parts = key.key_parts();
@@ -383,6 +400,55 @@ impl TensorDict {
                 found: other.kind(),
             }),
         }
+    }
+
+    /// The tensor at top-level `key`, writable, looked up at `hint` first
+    /// (where the last lookup found it, kept by the caller): an env that
+    /// writes the same keys into the same buffers on every step compares
+    /// one name per key instead of searching. A wrong hint (another
+    /// tensordict, a changed layout) costs one comparison more and is
+    /// corrected; errors are [`TensorDict::tensor_mut`]'s.
+    ///
+    /// ```
+    /// use tensordict::{DType, Hint, Tensor, TensorDict};
+    /// # fn main() -> Result<(), tensordict::TensorDictError> {
+    /// let mut td = TensorDict::new(&[]);
+    /// td.set("done", Tensor::zeros(DType::Bool, &[1]))?;
+    /// td.set("reward", Tensor::zeros(DType::F32, &[1]))?;
+    /// let mut hint = Hint::default();
+    /// for step in 0..3 {
+    ///     td.tensor_mut_hinted("reward", &mut hint)?.as_mut_slice::<f32>()?[0] = step as f32;
+    /// }
+    /// assert_eq!(td.tensor("reward")?.to_vec::<f32>()?, vec![2.0]);
+    /// assert!(td.tensor_mut_hinted("missing", &mut hint).is_err());
+    /// # Ok(()) }
+    /// ```
+    #[inline]
+    pub fn tensor_mut_hinted(
+        &mut self,
+        key: &str,
+        hint: &mut Hint,
+    ) -> Result<TensorMut<'_>, TensorDictError> {
+        match self.entries.position_near(key, hint.0) {
+            Some(i) if matches!(self.entries.at(i), Entry::Tensor(_)) => {
+                hint.0 = i;
+                match self.entries.at_mut(i) {
+                    Entry::Tensor(t) => Ok(TensorMut(t)),
+                    _ => unreachable!("a tensor, checked above"),
+                }
+            }
+            // Missing, or not a tensor: the plain lookup's error.
+            _ => self.tensor_mut(key),
+        }
+    }
+
+    /// The entry at top-level `key`, looked up at `hint` first (see
+    /// [`TensorDict::tensor_mut_hinted`]).
+    #[inline]
+    pub fn get_hinted(&self, key: &str, hint: &mut Hint) -> Option<&Entry> {
+        let i = self.entries.position_near(key, hint.0)?;
+        hint.0 = i;
+        Some(self.entries.at(i))
     }
 
     /// Removes and returns the entry at `key`, if any.
@@ -718,6 +784,43 @@ mod tests {
         assert!(td
             .set(("observation", "x"), Tensor::zeros(DType::U8, &[2]))
             .is_err());
+    }
+
+    /// A hint from another tensordict (other keys, another order) still
+    /// finds the key, and is corrected; a key that is not a tensor, or is
+    /// missing, gives the plain lookup's error.
+    #[test]
+    fn hinted_lookups_survive_wrong_hints() {
+        let mut a = TensorDict::new(&[]);
+        a.set("b", Tensor::full(&[1], 1i32)).unwrap();
+        a.set("c", Tensor::full(&[1], 2i32)).unwrap();
+        let mut b = TensorDict::new(&[]);
+        for key in ["a", "b", "c"] {
+            b.set(key, Tensor::full(&[1], 9i32)).unwrap();
+        }
+        b.set("s", NonTensor::Int(3)).unwrap();
+        let mut hint = Hint::default();
+        a.tensor_mut_hinted("c", &mut hint)
+            .unwrap()
+            .as_mut_slice::<i32>()
+            .unwrap()[0] = 5;
+        assert_eq!(hint, Hint(1));
+        b.tensor_mut_hinted("c", &mut hint)
+            .unwrap()
+            .as_mut_slice::<i32>()
+            .unwrap()[0] = 6;
+        assert_eq!(hint, Hint(2));
+        assert_eq!(a.tensor("c").unwrap().to_vec::<i32>().unwrap(), [5]);
+        assert_eq!(b.tensor("c").unwrap().to_vec::<i32>().unwrap(), [6]);
+        assert_eq!(
+            b.get_hinted("a", &mut hint).and_then(Entry::as_tensor),
+            b.tensor("a").ok()
+        );
+        let wrong = b.tensor_mut_hinted("s", &mut hint).unwrap_err();
+        assert_eq!(wrong, b.tensor_mut("s").unwrap_err());
+        let missing = b.tensor_mut_hinted("z", &mut hint).unwrap_err();
+        assert_eq!(missing, b.tensor_mut("z").unwrap_err());
+        assert!(b.get_hinted("z", &mut hint).is_none());
     }
 
     #[test]

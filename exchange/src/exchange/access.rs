@@ -11,6 +11,7 @@ use super::fields::{all_fields, assemble, columns, set_slots};
 use super::Exchange;
 use crate::layout::{control, slot_header, Area, Layout};
 use crate::region::Region;
+use crate::schema::{sized_len, SIZE_HEADER};
 use crate::seqlock;
 
 /// The region and its layout: what every `Exchange`, received batch and view
@@ -88,7 +89,8 @@ impl Shared {
 
     /// Copies the fields of `slot`'s `area` whose bits are set in `mask`
     /// into row `row` of `columns` (one per field of the area, each `rows`
-    /// times the field's size).
+    /// times the field's size): a length-prefixed field's header and the
+    /// bytes it counts only (the rest of its row is left as it was).
     pub(super) fn copy_fields(
         &self,
         slot: usize,
@@ -101,10 +103,17 @@ impl Shared {
         for (i, (field, column)) in fields.iter().zip(columns.iter_mut()).enumerate() {
             if mask & (1 << i) != 0 {
                 let n = field.nbytes();
-                self.load(
-                    self.layout.field_offset(slot, area, i),
-                    &mut column[row * n..(row + 1) * n],
-                );
+                let offset = self.layout.field_offset(slot, area, i);
+                let dst = &mut column[row * n..(row + 1) * n];
+                if field.is_sized() {
+                    // The header, then what it counts (a torn header is
+                    // bounded by the field, and the read is validated).
+                    self.load(offset, &mut dst[..SIZE_HEADER]);
+                    let len = sized_len(dst);
+                    self.load(offset + SIZE_HEADER, &mut dst[SIZE_HEADER..len]);
+                } else {
+                    self.load(offset, dst);
+                }
             }
         }
     }
@@ -181,13 +190,20 @@ impl Shared {
 
 impl Exchange {
     /// Writes the tensors present (from `present_fields`: one for each
-    /// field of `mask`, in order) into `slot`'s `area`.
+    /// field of `mask`, in order) into `slot`'s `area`: of a
+    /// length-prefixed field, the header and the bytes it counts only.
     pub(super) fn write_fields(&self, slot: usize, area: Area, mask: u64, present: &[&Tensor]) {
         let shared = &*self.shared;
-        let fields = shared.layout.schema(area).len();
-        let written = (0..fields).filter(|&i| mask & (1 << i) != 0);
+        let fields = shared.layout.schema(area).fields();
+        let written = (0..fields.len()).filter(|&i| mask & (1 << i) != 0);
         for (i, tensor) in written.zip(present) {
-            shared.store(shared.layout.field_offset(slot, area, i), tensor.as_bytes());
+            let bytes = tensor.as_bytes();
+            let bytes = if fields[i].is_sized() {
+                &bytes[..sized_len(bytes)]
+            } else {
+                bytes
+            };
+            shared.store(shared.layout.field_offset(slot, area, i), bytes);
         }
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use envs::{EnvSpecs, Kwargs};
 use exchange::{Bells, Exchange, Schema};
 use pool_core::{lock, Liveness, Op, Phases, Rows, Signal};
-use tensordict::TensorDict;
+use tensordict::{NestedKey, TensorDict};
 
 use super::reader::reader_loop;
 use super::rows::shm_rows;
@@ -78,8 +78,12 @@ impl ProcBackend {
         let workers = n.div_ceil(per);
         let affinity = match &options.affinity {
             Some(a) => Some(a.resolve(workers)?),
+            None if options.spread => spread(workers),
             None => None,
         };
+        // Pins the user asked for must hold; the pool's own spread is best
+        // effort.
+        let pin_required = options.affinity.is_some();
         let deadline = Instant::now() + options.start_timeout;
         let program = match &options.program {
             Some(program) => program.clone(),
@@ -121,6 +125,7 @@ impl ProcBackend {
                     affinity: affinity
                         .as_ref()
                         .map(|sets| sets[w].as_slice().iter().map(|&c| c as u32).collect()),
+                    pin_required,
                     envs: range
                         .clone()
                         .map(|env| EnvEntry {
@@ -140,7 +145,7 @@ impl ProcBackend {
                     match expect(s, w, deadline)? {
                         FromWorker::Pinned { cpus } => {
                             let cpus: Vec<usize> = cpus.into_iter().map(|c| c as usize).collect();
-                            if cpus != sets[w].as_slice() {
+                            if pin_required && cpus != sets[w].as_slice() {
                                 return Err(ProcError::Pin {
                                     worker: w,
                                     message: format!(
@@ -199,7 +204,7 @@ impl ProcBackend {
                     }
                 }
             }
-            let (shm, reason) = choose_exchange(options.exchange, &built)?;
+            let (shm, reason) = choose_exchange(options, &built)?;
             let shm = match shm {
                 Some((input, result, next)) => {
                     let shm_err = |e: exchange::ExchangeError| ProcError::Shm {
@@ -402,6 +407,27 @@ fn unexpected(w: usize, msg: &FromWorker) -> ProcError {
     }
 }
 
+/// The pool's own affinity ([`ProcOptions::spread_workers`]): the CPUs
+/// this process may use split among the workers in contiguous groups (one
+/// CPU each when they are as many), the last taking what is left; `None`
+/// when the workers outnumber those CPUs, or when they cannot be read.
+fn spread(workers: usize) -> Option<Vec<affinity::CpuList>> {
+    let available = crate::available_cpus().ok()?;
+    if workers == 0 || workers > available.len() {
+        return None;
+    }
+    let per = available.len() / workers;
+    let sets = (0..workers).map(|w| {
+        let end = if w + 1 == workers {
+            available.len()
+        } else {
+            (w + 1) * per
+        };
+        available[w * per..end].to_vec()
+    });
+    crate::Affinity::per_worker(sets).resolve(workers).ok()
+}
+
 /// How many runner threads a worker gets: the option, or as many as the
 /// CPUs it may use (its affinity set, else this process's CPUs shared
 /// among the workers); at least one, at most one per env.
@@ -420,11 +446,17 @@ fn runners(options: &ProcOptions, cpus: Option<usize>, workers: usize, envs: usi
 }
 
 /// The slots' schemas (input, result, next) if every env's buffers fit one
-/// layout, else why not.
-fn shm_schemas(built: &[BuiltEnv]) -> Result<(Schema, Schema, Schema), String> {
+/// layout, else why not; the results' `sized` keys length-prefixed
+/// ([`ProcOptions::length_prefixed`]).
+fn shm_schemas(
+    built: &[BuiltEnv],
+    sized: &[NestedKey],
+) -> Result<(Schema, Schema, Schema), String> {
     let schema = |pick: fn(&BuiltEnv) -> &TensorDict, what: &str| {
         let templates: Vec<TensorDict> = built.iter().map(|b| pick(b).clone()).collect();
-        Schema::validate_envs(&templates).map_err(|e| format!("{what}: {e}"))
+        Schema::validate_envs(&templates)
+            .map(|schema| schema.with_sized(sized))
+            .map_err(|e| format!("{what}: {e}"))
     };
     Ok((
         schema(|b| &b.input, "inputs (action and state)")?,
@@ -437,15 +469,16 @@ fn shm_schemas(built: &[BuiltEnv]) -> Result<(Schema, Schema, Schema), String> {
 /// reason auto chose the queue.
 #[allow(clippy::type_complexity)]
 fn choose_exchange(
-    mode: ExchangeMode,
+    options: &ProcOptions,
     built: &[BuiltEnv],
 ) -> Result<(Option<(Schema, Schema, Schema)>, Option<String>), ProcError> {
-    match mode {
+    let sized = options.length_prefixed.as_slice();
+    match options.exchange {
         ExchangeMode::Queue => Ok((None, None)),
-        ExchangeMode::Shm => shm_schemas(built)
+        ExchangeMode::Shm => shm_schemas(built, sized)
             .map(|s| (Some(s), None))
             .map_err(|reason| ProcError::ShmUnavailable { reason }),
-        ExchangeMode::Auto => match shm_schemas(built) {
+        ExchangeMode::Auto => match shm_schemas(built, sized) {
             Ok(s) => Ok((Some(s), None)),
             Err(reason) => Ok((None, Some(reason))),
         },

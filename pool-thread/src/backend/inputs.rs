@@ -14,8 +14,11 @@ use super::cell::{copy_input, Cell};
 pub(super) struct Inputs {
     /// Per env: the index of its kind in `templates`.
     pub(super) kind: Vec<usize>,
-    /// One zeroed input buffer per kind.
-    pub(super) templates: Vec<TensorDict>,
+    /// One input buffer per kind, that a send copies inputs into to check
+    /// them (its contents are whatever was last checked): kept, so that a
+    /// check allocates nothing (a fresh clone shared its storage with the
+    /// kind's template, and every copy into it allocated).
+    pub(super) scratch: Vec<Mutex<TensorDict>>,
     /// Per env: whether a reset is given the sent state entries (the env
     /// has state entries).
     pub(super) reset_takes_input: Vec<bool>,
@@ -23,48 +26,95 @@ pub(super) struct Inputs {
 
 impl Inputs {
     pub(super) fn new(cells: &[Mutex<Cell>], specs: &[EnvSpecs]) -> Inputs {
-        let mut inputs = Inputs {
-            kind: Vec::with_capacity(cells.len()),
-            templates: Vec::new(),
-            reset_takes_input: Vec::with_capacity(cells.len()),
-        };
+        let mut templates: Vec<TensorDict> = Vec::new();
+        let mut kind = Vec::with_capacity(cells.len());
+        let mut reset_takes_input = Vec::with_capacity(cells.len());
         for (cell, specs) in cells.iter().zip(specs) {
             let input = &lock(cell).runner.input;
-            let kind = match inputs.templates.iter().position(|t| t == input) {
+            kind.push(match templates.iter().position(|t| t == input) {
                 Some(kind) => kind,
                 None => {
-                    inputs.templates.push(input.clone());
-                    inputs.templates.len() - 1
+                    templates.push(input.clone());
+                    templates.len() - 1
                 }
-            };
-            inputs.kind.push(kind);
-            inputs
-                .reset_takes_input
-                .push(!input.is_empty() && !specs.full_state_spec().is_empty());
+            });
+            reset_takes_input.push(!input.is_empty() && !specs.full_state_spec().is_empty());
         }
-        inputs
+        Inputs {
+            kind,
+            scratch: templates.into_iter().map(owned).map(Mutex::new).collect(),
+            reset_takes_input,
+        }
     }
 
     /// Checks that env `env`'s input buffer can be filled from `src` (row
     /// `row`, or all of it), as the worker will: once per kind of input
     /// buffer and per way of reading (`checked` holds those seen by this
-    /// send), and each row's index.
+    /// send: bit `2 * kind + whole` of its words), and each row's index
+    /// (`rows`: `src`'s first dim, if any).
+    #[inline]
     pub(super) fn check(
         &self,
         env: usize,
         src: &TensorDict,
         row: Option<usize>,
-        checked: &mut Vec<(usize, bool)>,
+        rows: Option<usize>,
+        checked: &mut Checked,
     ) -> Result<(), tensordict::TensorDictError> {
         let kind = self.kind[env];
-        let in_range = row.is_none_or(|row| src.batch_size().first().is_some_and(|&n| row < n));
-        if in_range && checked.contains(&(kind, row.is_some())) {
+        let in_range = row.is_none_or(|row| rows.is_some_and(|n| row < n));
+        let bit = 2 * kind + usize::from(row.is_none());
+        if in_range && checked.has(bit) {
             return Ok(());
         }
         // A copy into a scratch buffer: the errors of the worker's copy.
-        let mut scratch = self.templates[kind].clone();
-        copy_input(src, row, &mut scratch)?;
-        checked.push((kind, row.is_some()));
+        copy_input(src, row, &mut lock(&self.scratch[kind]))?;
+        checked.set(bit);
         Ok(())
+    }
+}
+
+/// `td` with every tensor in storage of its own (a clone shares it, and
+/// its first write would copy it).
+fn owned(mut td: TensorDict) -> TensorDict {
+    for tensor in td.tensors_mut() {
+        tensor.bytes_mut();
+    }
+    td
+}
+
+/// The (kind, way of reading) pairs a send has checked: one bit each, the
+/// first 128 inline.
+#[derive(Default)]
+pub(super) struct Checked(smallvec::SmallVec<[u64; 2]>);
+
+impl Checked {
+    fn has(&self, bit: usize) -> bool {
+        self.0
+            .get(bit / 64)
+            .is_some_and(|w| w & (1 << (bit % 64)) != 0)
+    }
+
+    fn set(&mut self, bit: usize) {
+        if self.0.len() <= bit / 64 {
+            self.0.resize(bit / 64 + 1, 0);
+        }
+        self.0[bit / 64] |= 1 << (bit % 64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Checked;
+
+    /// Bits past the inline words grow the set; unset bits read false.
+    #[test]
+    fn checked_pairs_past_the_inline_words() {
+        let mut checked = Checked::default();
+        assert!(!checked.has(0) && !checked.has(200));
+        checked.set(1);
+        checked.set(200);
+        assert!(checked.has(1) && checked.has(200));
+        assert!(!checked.has(0) && !checked.has(199) && !checked.has(201));
     }
 }
