@@ -20,6 +20,7 @@ from rlpool._pool import AsyncEnvPool, Batch, EnvMaker, TensorDictLike
 from rlpool._pyenv import PyEnvMaker, decode_info, decode_infos, decode_leaf
 from rlpool._tensordict import LazyStackedTensorDict, NestedKey, TensorDict
 from rlpool.errors import (
+    ActorDied,
     Busy,
     EnvFailed,
     InvalidArgument,
@@ -32,6 +33,7 @@ from rlpool.errors import (
 )
 
 __all__ = [
+    "ActorDied",
     "AsyncEnvPool",
     "Batch",
     "Busy",

@@ -21,6 +21,7 @@ InvalidArgument True
 from __future__ import annotations
 
 __all__ = [
+    "ActorDied",
     "Busy",
     "EnvFailed",
     "InvalidArgument",
@@ -127,6 +128,27 @@ class WorkerDied(PoolError):
         self.worker = worker
         self.envs = envs
         self.reason = reason
+
+
+class ActorDied(WorkerDied):
+    """A Ray actor of :class:`rlpool.ray.AsyncEnvPool` died (killed, its node
+    lost, or silent past the pool's liveness timeout): its envs cannot be
+    used again; the other actors' envs go on.
+
+    Attributes:
+        worker: the actor's index (as ``actor``).
+        actor: the actor's index.
+        envs: its envs (global indices).
+        lost: those of its envs whose results were in flight and are lost.
+        reason: what the pool saw (Ray's error, or the silence).
+    """
+
+    def __init__(
+        self, message: str, *, actor: int, envs: list[int], lost: list[int], reason: str
+    ) -> None:
+        super().__init__(message, worker=actor, envs=envs, reason=reason)
+        self.actor = actor
+        self.lost = lost
 
 
 class ShutDown(PoolError):

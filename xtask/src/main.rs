@@ -19,6 +19,7 @@
 
 mod anchors;
 mod python;
+mod ray;
 mod report;
 mod torchrl;
 
@@ -74,6 +75,11 @@ commands:
              the table of current figures in docs/performance.md with the
              date, commit and machine; --smoke: a debug build, a few samples,
              the table printed, nothing written
+  test-ray [pytest arguments...]
+             rlpool.ray on a local two-node Ray cluster (see ray.rs): its own venv in
+             target/ray/venv from python/requirements-ray.txt (PyPI, reused), the
+             package built from the tree, pytest python/tests_ray, the rlpool.ray
+             example; never part of test-all
   help       print this message";
 
 fn main() -> ExitCode {
@@ -89,6 +95,7 @@ fn main() -> ExitCode {
         Some("soak") => soak(&rest),
         Some("fuzz") => fuzz(&rest),
         Some("perf-report") => report::run(&rest),
+        Some("test-ray") => ray::command(&rest),
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{USAGE}");
             Ok(())
