@@ -178,13 +178,19 @@ def build(payload: str, index: int, rpc: str, authkey: str) -> Adapter:
     else:
         maker = pickle.loads(base64.b64decode(payload[len("pickle:") :]))
     env = maker.fn(**maker.kwargs)
-    for attribute in ("reset", "step", "action_space", "observation_space"):
-        if not hasattr(env, attribute):
-            raise TypeError(
-                f"env {index}'s maker returned {type(env).__name__}, which has no "
-                f"`{attribute}`: a maker must return a gymnasium.Env"
-            )
-    adapter = Adapter(env, index, maker.autoreset, maker.max_info_bytes)
+    from rlpool._torchrl_env import TorchRLAdapter, is_torchrl_env
+
+    adapter: Adapter
+    if is_torchrl_env(env):
+        adapter = TorchRLAdapter(env, index, in_worker=not payload.startswith("local:"))
+    else:
+        for attribute in ("reset", "step", "action_space", "observation_space"):
+            if not hasattr(env, attribute):
+                raise TypeError(
+                    f"env {index}'s maker returned {type(env).__name__}, which has no "
+                    f"`{attribute}`: a maker must return a gymnasium.Env or a TorchRL EnvBase"
+                )
+        adapter = Adapter(env, index, maker.autoreset, maker.max_info_bytes)
     if payload.startswith("local:"):
         token = payload[len("local:") :].rsplit(":", 1)[0]
         with _LOCAL_LOCK:
@@ -518,6 +524,10 @@ class Adapter:
         ``("reset_args", seed, options)``; waits for a step in progress."""
         with self.lock:
             kind = request[0]
+            if kind == "torchrl_specs":
+                # A Gymnasium env has no TorchRL specs (rlpool.torchrl then
+                # converts the pool's own).
+                return None
             if kind == "reset_args":
                 self.set_reset_args(request[1], request[2])
                 return None

@@ -3,8 +3,9 @@
 Each carries the same information as the Rust error it comes from, as
 attributes (the env, the worker, the envs involved) and in its message.
 Exceptions about the caller's arguments also subclass the built-in a Python
-user would catch (``ValueError``, ``TypeError``), and a receive that runs out
-of time is also a ``TimeoutError``.
+user would catch (``ValueError``, ``TypeError``), a receive that runs out of
+time is also a ``TimeoutError``, and a send to a busy env is also a
+``RuntimeError`` (what TorchRL raises there).
 
 >>> import rlpool
 >>> issubclass(rlpool.Timeout, TimeoutError)
@@ -69,7 +70,7 @@ class Timeout(PoolError, TimeoutError):
         self.env = env
 
 
-class Busy(PoolError):
+class Busy(PoolError, RuntimeError):
     """A send to envs whose previous result has not been received, or a
     synchronous call while envs are in flight.
 

@@ -43,6 +43,7 @@ __all__ = [
     "Categorical",
     "Composite",
     "MultiCategorical",
+    "MultiOneHot",
     "NonTensor",
     "OneHot",
     "Stacked",
@@ -528,6 +529,65 @@ class MultiCategorical(_Leaf):
     def _contains(self, array: Array) -> bool:
         values = array.astype(np.int64)
         return bool(np.all((values >= 0) & (values < self._nvec)))
+
+
+class MultiOneHot(_Leaf):
+    """Several one-hot groups side by side along the last dim: group ``i``
+    takes ``nvec[i]`` elements, exactly one of which is 1 (TorchRL's
+    ``MultiOneHot``). The Rust pool's specs have no such kind: this one
+    serves :mod:`rlpool.torchrl`'s conversions.
+
+    Args:
+        nvec: the size of each group (each at least 1).
+        shape: the shape, whose last dim is ``sum(nvec)`` (default
+            ``(sum(nvec),)``).
+        dtype: bool or an integer numpy dtype (default ``bool``).
+
+    >>> spec = MultiOneHot([2, 3])
+    >>> spec.is_in(np.array([False, True, True, False, False]))
+    True
+    """
+
+    def __init__(
+        self,
+        nvec: Sequence[int] | Array,
+        shape: ShapeLike | None = None,
+        dtype: DTypeLike = np.bool_,
+    ) -> None:
+        counts = np.asarray(nvec)
+        if counts.ndim != 1 or not counts.size or counts.dtype.kind not in "iu":
+            raise TypeError(f"MultiOneHot: nvec is a non-empty list of ints, got {nvec!r}")
+        self._nvec = _frozen(counts.astype(np.int64))
+        total = int(self._nvec.sum())
+        super().__init__((total,) if shape is None else shape, dtype)
+        for i, count in enumerate(self._nvec.tolist()):
+            if count < 1:
+                raise ValueError(f"MultiOneHot: nvec[{i}] must be at least 1, got {count}")
+        if not self._shape or self._shape[-1] != total:
+            raise ValueError(
+                f"MultiOneHot: the last dim of shape {self._shape} must be sum(nvec) = {total}"
+            )
+        _check_categories("MultiOneHot", self._dtype, 2)
+
+    @property
+    def nvec(self) -> Array:
+        """The size of each one-hot group (``int64``, read-only)."""
+        return self._nvec
+
+    def _fields(self) -> list[tuple[str, Any]]:
+        return [*super()._fields(), ("nvec", self._nvec.tolist())]
+
+    def _draw(self, rng: np.random.Generator) -> Any:
+        parts = [OneHot(int(n), (*self._shape[:-1], int(n)), self._dtype) for n in self._nvec]
+        return np.concatenate([part.rand(rng) for part in parts], axis=-1)
+
+    def _contains(self, array: Array) -> bool:
+        values = array.astype(np.int64)
+        if not bool(np.all((values == 0) | (values == 1))):
+            return False
+        ends = np.cumsum(self._nvec)
+        starts = ends - self._nvec
+        return all(bool(np.all(values[..., a:b].sum(axis=-1) == 1)) for a, b in zip(starts, ends))
 
 
 def _check_categories(kind: str, dtype: np.dtype[Any], n: int) -> None:

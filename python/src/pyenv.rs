@@ -70,6 +70,9 @@ pub(crate) struct PyEnv {
     /// the value itself rather than a tuple of leaves.
     flat_action: bool,
     flat_observation: bool,
+    /// Whether the reward is float32 (a TorchRL env's) rather than float64
+    /// (Gymnasium's).
+    reward_f32: bool,
 }
 
 /// `rlpool._pyenv`, imported once.
@@ -145,16 +148,26 @@ impl PyEnv {
         let adapter = module(py)
             .and_then(|m| m.getattr("build")?.call((), Some(&dict)))
             .map_err(fail)?;
+        let description = adapter
+            .call_method0("describe")
+            .and_then(|d| Ok(d.cast_into::<PyTuple>()?))
+            .map_err(fail)?;
+        // An optional sixth item names the reward's dtype (a TorchRL env's
+        // adapter gives it; a Gymnasium env's reward is float64).
+        let reward_dtype: String = match description.len() {
+            6 => description
+                .get_item(5)
+                .and_then(|d| d.extract())
+                .map_err(fail)?,
+            _ => "float64".to_owned(),
+        };
         let (name, leaves, info_bytes, flat_action, flat_observation): (
             String,
             Vec<Bound<'_, PyTuple>>,
             usize,
             bool,
             bool,
-        ) = adapter
-            .call_method0("describe")
-            .and_then(|d| d.extract())
-            .map_err(fail)?;
+        ) = description.get_slice(0, 5).extract().map_err(fail)?;
         let bad = |what: String| EnvError::failed(name.clone(), what);
         let mut action = Composite::new(&[]);
         let mut observation = Composite::new(&[]);
@@ -192,7 +205,18 @@ impl PyEnv {
                 TensorSpec::try_unbounded(&[INFO_HEADER + info_bytes], DType::U8)?,
             )?;
         }
-        let reward = Composite::new(&[]).with("reward", TensorSpec::unbounded(&[1], DType::F64))?;
+        let reward_f32 = match reward_dtype.as_str() {
+            "float32" => true,
+            "float64" => false,
+            other => {
+                return Err(bad(format!(
+                    "a reward of dtype {other} (float32 or float64)"
+                )))
+            }
+        };
+        let reward_type = if reward_f32 { DType::F32 } else { DType::F64 };
+        let reward =
+            Composite::new(&[]).with("reward", TensorSpec::unbounded(&[1], reward_type))?;
         let specs = EnvSpecs::new(
             &[],
             action,
@@ -214,6 +238,7 @@ impl PyEnv {
             info_bytes,
             flat_action,
             flat_observation,
+            reward_f32,
         })
     }
 
@@ -328,10 +353,14 @@ impl PyEnv {
         let terminated = answer.get_item(2)?.is_truthy()?;
         let truncated = answer.get_item(3)?.is_truthy()?;
         self.write_observation(py, &answer.get_item(0)?, &answer.get_item(4)?, next)?;
-        next.tensor_mut("reward")
-            .map_err(to_py)?
-            .as_mut_slice::<f64>()
-            .map_err(to_py)?[0] = reward;
+        {
+            let mut tensor = next.tensor_mut("reward").map_err(to_py)?;
+            if self.reward_f32 {
+                tensor.as_mut_slice::<f32>().map_err(to_py)?[0] = reward as f32;
+            } else {
+                tensor.as_mut_slice::<f64>().map_err(to_py)?[0] = reward;
+            }
+        }
         for (key, value) in [
             ("done", terminated || truncated),
             ("terminated", terminated),

@@ -16,6 +16,7 @@ from rlpool.specs import (
     Categorical,
     Composite,
     MultiCategorical,
+    MultiOneHot,
     NonTensor,
     OneHot,
     Stacked,
@@ -490,3 +491,23 @@ def test_bounds_are_read_only() -> None:
         spec.low[0] = 0.0
     value = spec.rand()
     value[0] = 1.0  # values are the caller's
+
+
+def test_multi_one_hot(rng: np.random.Generator) -> None:
+    """One hot element per group (rlpool.torchrl's counterpart of TorchRL's
+    MultiOneHot; the Rust specs have no such kind)."""
+    spec = MultiOneHot([2, 3], shape=(4, 5))
+    value = spec.rand(rng)
+    assert value.shape == (4, 5)
+    assert value.dtype == np.bool_
+    assert spec.is_in(value)
+    assert (value[:, :2].sum(-1) == 1).all()
+    assert (value[:, 2:].sum(-1) == 1).all()
+    assert not spec.is_in(spec.zero())
+    assert spec == MultiOneHot([2, 3], shape=(4, 5))
+    with pytest.raises(ValueError, match=r"sum\(nvec\) = 5"):
+        MultiOneHot([2, 3], shape=(4,))
+    with pytest.raises(ValueError, match=r"nvec\[1\]"):
+        MultiOneHot([2, 0])
+    with pytest.raises(TypeError, match="nvec"):
+        MultiOneHot([])

@@ -71,10 +71,15 @@ import time
 # run ALE in C++. DESCRIPTIONS says exactly what each system runs.
 PY_CARTPOLE = "gym-CartPole-v1"
 PONG = "ALE/Pong-v5"
+TORCHRL_CARTPOLE = "torchrl-CartPole-v1"
+TORCHRL_MOCK = "torchrl-mock"
 SETS = {
     "core": ("CartPole-v1", "noop"),
     "python": (PY_CARTPOLE,),
     "atari": (PONG,),
+    # Issue 16: TorchRL envs in TorchRL's AsyncEnvPool and in
+    # rlpool.torchrl.AsyncEnvPool (only with --with-torchrl).
+    "torchrl": (TORCHRL_CARTPOLE, TORCHRL_MOCK),
 }
 ENVS = tuple(env for envs in SETS.values() for env in envs)
 # The issue-15 workloads ("real"), measured by the REAL functions below.
@@ -82,17 +87,23 @@ REAL_ENVS = (PY_CARTPOLE, PONG)
 # Per set: the numbers of envs and the seconds per measurement (both
 # overridden by --sizes and --seconds), and the systems measured, in the
 # order of the first workload (then rotated).
-SET_SIZES = {"core": [2, 8, 32, 64], "python": [8, 32, 64], "atari": [8, 16]}
-SET_SECONDS = {"core": 0.5, "python": 2.0, "atari": 3.0}
+SET_SIZES = {
+    "core": [2, 8, 32, 64],
+    "python": [8, 32, 64],
+    "atari": [8, 16],
+    "torchrl": [8, 16, 32],
+}
+SET_SECONDS = {"core": 0.5, "python": 2.0, "atari": 3.0, "torchrl": 2.0}
 SET_SYSTEMS = {
     "core": ["gymnasium", "rlpool", "rlpool-python", "envpool", "pufferlib", "torchrl"],
     "python": ["gymnasium", "rlpool-python", "bound", "pufferlib", "torchrl"],
     "atari": ["gymnasium", "rlpool-python", "bound", "envpool", "ale-py"],
+    "torchrl": ["torchrl", "rlpool-torchrl"],
 }
 # The venv a system runs in, when not its own: the machine's bound runs the
 # env that rlpool's workers run; ale-py's vector env comes with the ale-py
 # that Gymnasium's AsyncVectorEnv steps.
-VENV_OF = {"bound": "rlpool-python", "ale-py": "gymnasium"}
+VENV_OF = {"bound": "rlpool-python", "ale-py": "gymnasium", "rlpool-torchrl": "torchrl"}
 
 # The frames of the Pong workload, the same on every system: what all four
 # (rlpool and Gymnasium with Python envs, EnvPool, ale-py's vector env) can
@@ -156,6 +167,13 @@ DESCRIPTIONS["torchrl"][PY_CARTPOLE] = (
 )
 for _system in ("rlpool-python", "gymnasium", "bound"):
     DESCRIPTIONS[_system][PONG] = PONG_IMPL
+DESCRIPTIONS.setdefault("rlpool-torchrl", {})
+for _system in ("torchrl", "rlpool-torchrl"):
+    DESCRIPTIONS[_system][TORCHRL_CARTPOLE] = "torchrl GymEnv('CartPole-v1') (TorchRL's env)"
+    DESCRIPTIONS[_system][TORCHRL_MOCK] = (
+        "TrivialEnv, a torchrl EnvBase in anchors.py: a 4-float observation, reward 0, never "
+        "done, its step two TensorDicts and nothing else"
+    )
 DESCRIPTIONS["envpool"][PONG] = (
     "envpool.make_gymnasium('Pong-v5', img_height=210, img_width=160, gray_scale=True, "
     "stack_num=1, frame_skip=4, noop_max=1, use_fire_reset=False, episodic_life=False, "
@@ -222,6 +240,9 @@ REAL_CONFIGS = {
     "step_and_maybe_reset; async: async_step_and_maybe_reset_recv(min_get=N/2) then "
     "async_step_and_maybe_reset_send to the envs received; its processes configured as "
     "rlpool's (envs_per_worker=ceil(N/cores), exchange='shm')",
+    "rlpool-torchrl": "rlpool.torchrl.AsyncEnvPool(env_fns, ...) with the options TorchRL's "
+    "pool gets (threading; multiprocessing with envs_per_worker=ceil(N/cores), "
+    "exchange='shm'), the same loops as TorchRL's",
     "envpool": "make_gymnasium('Pong-v5', num_envs=N, num_threads=min(cores, N), the frames "
     "below); sync: batch_size=N, step(); async: batch_size=N/2, recv() then send() to the "
     "envs received",
@@ -342,6 +363,54 @@ def torchrl_noop():
 
 
 TORCHRL_MAKERS = {"CartPole-v1": torchrl_cartpole, "noop": torchrl_noop}
+
+
+def _trivial_torchrl_env_class():
+    """TrivialEnv (made on first use: torch is imported only where TorchRL
+    runs): a TorchRL env whose step costs as little as an EnvBase can."""
+    import torch
+    from tensordict import TensorDict
+    from torchrl.data import Categorical, Composite, Unbounded
+    from torchrl.envs import EnvBase
+
+    class TrivialEnv(EnvBase):
+        def __init__(self):
+            super().__init__()
+            self.observation_spec = Composite(observation=Unbounded((4,)))
+            self.reward_spec = Unbounded((1,))
+            self.action_spec = Categorical(2, shape=(1,))
+            self._obs = torch.zeros(4)
+            self._false = torch.zeros(1, dtype=torch.bool)
+            self._reward = torch.zeros(1)
+
+        def _set_seed(self, seed):
+            pass
+
+        def _reset(self, tensordict, **kwargs):
+            return TensorDict(
+                {"observation": self._obs, "done": self._false, "terminated": self._false},
+                batch_size=(),
+            )
+
+        def _step(self, tensordict):
+            return TensorDict(
+                {
+                    "observation": self._obs,
+                    "reward": self._reward,
+                    "done": self._false,
+                    "terminated": self._false,
+                },
+                batch_size=(),
+            )
+
+    return TrivialEnv
+
+
+def torchrl_trivial():
+    return _trivial_torchrl_env_class()()
+
+
+TORCHRL_SET_MAKERS = {TORCHRL_CARTPOLE: torchrl_cartpole, TORCHRL_MOCK: torchrl_trivial}
 
 
 def _max_pool_atari_class():
@@ -666,11 +735,15 @@ def torchrl_options(backend, n):
     return config, options
 
 
-def torchrl_pools(env, n, seconds, makers, backends):
-    """TorchRL's AsyncEnvPool over `makers`: for each backend, the sync loop
-    (step_and_maybe_reset of all N) and the async one (receive min_get = N/2,
-    send to the envs received)."""
-    from torchrl.envs import AsyncEnvPool
+def torchrl_pools(env, n, seconds, makers, backends, system="torchrl"):
+    """TorchRL's AsyncEnvPool (or, for system rlpool-torchrl,
+    rlpool.torchrl.AsyncEnvPool, with the same options) over `makers`: for
+    each backend, the sync loop (step_and_maybe_reset of all N) and the async
+    one (receive min_get = N/2, send to the envs received)."""
+    if system == "rlpool-torchrl":
+        from rlpool.torchrl import AsyncEnvPool
+    else:
+        from torchrl.envs import AsyncEnvPool
 
     def pool(options, min_get):
         def measure():
@@ -705,8 +778,24 @@ def torchrl_pools(env, n, seconds, makers, backends):
 
     for backend in backends:
         config, options = torchrl_options(backend, n)
-        yield guarded("torchrl", env, n, config, "sync", pool(options, n))
-        yield guarded("torchrl", env, n, config, "async", pool(options, max(n // 2, 1)))
+        yield guarded(system, env, n, config, "sync", pool(options, n))
+        yield guarded(system, env, n, config, "async", pool(options, max(n // 2, 1)))
+
+
+def torchrl_set(system):
+    """The torchrl set's measurement of `system` (torchrl or rlpool-torchrl):
+    the pool over TorchRL envs, threads and processes, sync and async."""
+
+    def measure(env, n, seconds):
+        makers = [TORCHRL_SET_MAKERS[env]] * n
+        yield from torchrl_pools(
+            env, n, seconds, makers, ("threading", "multiprocessing"), system=system
+        )
+
+    return measure
+
+
+TORCHRL_SET = {"torchrl": torchrl_set("torchrl"), "rlpool-torchrl": torchrl_set("rlpool-torchrl")}
 
 
 def measure_rlpool_python(env, n, seconds):
@@ -1088,7 +1177,9 @@ MEASURE = {
 
 def cmd_measure(args):
     """One system, one workload: one JSON line per measurement."""
-    measure = REAL if args.env in REAL_ENVS else MEASURE
+    measure = (
+        TORCHRL_SET if args.env in SETS["torchrl"] else REAL if args.env in REAL_ENVS else MEASURE
+    )
     for r in measure[args.system](args.env, args.num_envs, args.seconds):
         print(json.dumps(r), flush=True)
 
@@ -1131,7 +1222,7 @@ IMPORTS = {
     "gymnasium": "gymnasium",
     "envpool": "envpool",
     "pufferlib": "pufferlib.vector, pufferlib.emulation",
-    "torchrl": "torchrl.envs",
+    "torchrl": "torchrl.envs, rlpool.torchrl",
     "plot": "matplotlib",
     "rlpool-python": "rlpool",
 }
@@ -1227,7 +1318,8 @@ def ensure(venvs: str, name: str) -> dict:
             )
             status["versions"] = versions_in(python)
             return status
-    if name == "rlpool-python":
+    if name in ("rlpool-python", "torchrl"):
+        # rlpool.torchrl runs in TorchRL's venv, beside TorchRL's own pool.
         attempt = install_repo(python, log_dir)
         status["attempts"].append(attempt)
         if not attempt["ok"]:
@@ -1392,6 +1484,10 @@ def run_anchor(python, system, env, n, seconds):
         # Pools of Python envs start a process per env (AsyncVectorEnv) or
         # import torch in each worker (TorchRL): the startup grows with N.
         timeout = 120 + 20 * seconds + 3 * n
+        if env in SETS["torchrl"]:
+            # Four pools (two backends, sync and async), each starting its
+            # workers (torch imported in each) and stepping TorchRL envs.
+            timeout = 300 + 60 * seconds + 10 * n
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as err:
         out = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
@@ -1736,6 +1832,35 @@ def real_comparisons(rows):
     return out
 
 
+def torchrl_comparisons(measurements):
+    """For each row of TorchRL's pool in the torchrl set, rlpool.torchrl's
+    rate in the same configuration over it."""
+    ours = {
+        (r["env"], r["num_envs"], r["config"], r["mode"]): r
+        for r in measurements
+        if r["system"] == "rlpool-torchrl" and r["status"] == "ok"
+    }
+    out = []
+    for r in measurements:
+        if r["system"] != "torchrl" or r["status"] != "ok" or r["env"] not in SETS["torchrl"]:
+            continue
+        mine = ours.get((r["env"], r["num_envs"], r["config"], r["mode"]))
+        if mine is None:
+            continue
+        out.append(
+            {
+                "env": r["env"],
+                "num_envs": r["num_envs"],
+                "config": r["config"],
+                "mode": r["mode"],
+                "rlpool_steps_per_second": mine["steps_per_second"],
+                "torchrl_steps_per_second": r["steps_per_second"],
+                "ratio": mine["steps_per_second"] / r["steps_per_second"],
+            }
+        )
+    return out
+
+
 def ratio_text(system, ratio):
     """rlpool's rate over a system's: a percentage of the machine's bound,
     else a factor."""
@@ -1933,7 +2058,9 @@ METHOD = (
 def cmd_run(args):
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     started = time.perf_counter()
-    sets = args.sets
+    sets = args.sets or [name for name in SETS if name != "torchrl" or args.with_torchrl]
+    if "torchrl" in sets and not args.with_torchrl:
+        sys.exit("anchors.py run: the torchrl set needs --with-torchrl (torch: several GB)")
     if "core" in sets and not args.rlpool:
         sys.exit("anchors.py run: the core set needs --rlpool (the rlpool binary)")
     plan = {
@@ -2050,6 +2177,20 @@ def cmd_run(args):
                     add_overheads(doc["measurements"])
                     print_rows(got)
     add_overheads(doc["measurements"])
+    if "torchrl" in sets:
+        doc["torchrl_comparisons"] = torchrl_comparisons(doc["measurements"])
+        print(
+            "rlpool.torchrl.AsyncEnvPool over TorchRL's AsyncEnvPool (the same envs, options "
+            "and loop; issue 16's goal: 10x at N = 16 on every configuration):",
+            flush=True,
+        )
+        for c in doc["torchrl_comparisons"]:
+            print(
+                f"  {c['env']}, N = {c['num_envs']}, {c['config']}, {c['mode']}: "
+                f"{si(c['rlpool_steps_per_second'])} / {si(c['torchrl_steps_per_second'])} "
+                f"= {c['ratio']:.1f}x",
+                flush=True,
+            )
     if core:
         doc["python_front"] = python_front(doc["measurements"])
         doc["python_front_fit"] = front_fit(doc["python_front"])
@@ -2117,10 +2258,13 @@ REAL_SYSTEM_ORDER = [
     "gymnasium",
     "pufferlib",
     "torchrl",
+    "rlpool-torchrl",
     "envpool",
     "ale-py",
 ]
 REAL_TITLES = {
+    TORCHRL_CARTPOLE: "TorchRL's GymEnv('CartPole-v1') in TorchRL's pool and rlpool.torchrl's",
+    TORCHRL_MOCK: "A TorchRL env with a trivial step (TrivialEnv) in both pools",
     PY_CARTPOLE: "Gymnasium's CartPole-v1 (a Python env, gymnasium.make's default wrappers)",
     PONG: f"ALE/Pong-v5 through ale-py ({PONG_FRAMES})",
 }
@@ -2134,6 +2278,7 @@ COLORS = {
     "envpool": "tab:green",
     "pufferlib": "tab:purple",
     "torchrl": "tab:orange",
+    "rlpool-torchrl": "tab:olive",
 }
 STYLES = ["-", "--", "-."]  # dotted is for the raw loops
 MARKERS = ["o", "s", "^", "D"]
@@ -2421,8 +2566,9 @@ def main():
     run.add_argument(
         "--sets",
         type=sets_arg,
-        default=list(SETS),
-        help=f"the workload sets to run, comma-separated, from {', '.join(SETS)} (default: all)",
+        default=None,
+        help=f"the workload sets to run, comma-separated, from {', '.join(SETS)} (default: "
+        "all; torchrl only with --with-torchrl)",
     )
     run.add_argument(
         "--sizes",
@@ -2446,7 +2592,7 @@ def main():
     run.add_argument("--git-commit", default=None)
     run.add_argument("--rustc", default=None)
     measure = sub.add_parser("measure", help="one system, one workload (used by run)")
-    measure.add_argument("--system", choices=sorted({*MEASURE, *REAL}), required=True)
+    measure.add_argument("--system", choices=sorted({*MEASURE, *REAL, *TORCHRL_SET}), required=True)
     measure.add_argument("--env", choices=ENVS, required=True)
     measure.add_argument("--num-envs", type=int, required=True)
     measure.add_argument("--seconds", type=float, default=0.5)

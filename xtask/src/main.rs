@@ -21,6 +21,7 @@ mod anchors;
 mod python;
 mod ray;
 mod report;
+mod torchrl;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -40,6 +41,12 @@ commands:
              made anew when that file changes), the package built by maturin
              (debug, feature test-envs) and installed into it, ruff check,
              ruff format --check, mypy, and pytest with the arguments given
+  test-torchrl [pytest arguments...]
+             rlpool.torchrl against TorchRL: its own venv in target/torchrl/venv
+             (python/requirements-torchrl.txt: torch, tensordict, torchrl; several
+             GB from PyPI the first time, reused after), the package built and
+             installed into it, the module's example, and pytest on
+             python/tests_torchrl; never part of test-all
   bench      run the benchmarks (divan) of every crate that has some;
              extra arguments are passed to the benchmark binaries
   bench --anchors [--sets core,python,atari] [--with-torchrl] [--seconds S]
@@ -82,6 +89,7 @@ fn main() -> ExitCode {
     let result = match command.as_deref() {
         Some("test-all") => test_all(),
         Some("python") => python::command(&rest),
+        Some("test-torchrl") => torchrl::command(&rest),
         Some("bench") => bench(&rest),
         Some("loom") => loom(),
         Some("soak") => soak(&rest),

@@ -35,56 +35,191 @@ use std::process::Command;
 
 use crate::{root, step};
 
-/// The pinned development requirements, relative to the workspace root.
-const REQUIREMENTS: &str = "python/requirements-dev.txt";
-
 /// The bindings crate's feature that registers the workspace's test envs.
 const TEST_FEATURES: &str = "test-envs";
 
 /// The stamp file inside the environment: what it was made from.
 const STAMP: &str = "rlpool-requirements.stamp";
 
-/// `target/python`: everything the Python steps write.
-fn python_dir() -> PathBuf {
-    root().join("target").join("python")
+/// A virtual environment of pinned requirements, made under `target/` and
+/// reused while its requirements file and the interpreter stay the same.
+pub(crate) struct Venv {
+    /// Where everything of this environment goes (`target/python`).
+    home: PathBuf,
+    /// Its requirements file, relative to the workspace root.
+    requirements: &'static str,
+    /// Whether pip writes bytecode at install (worth it for large packages
+    /// imported by every worker process: torch).
+    compile: bool,
 }
 
-/// The virtual environment's directory.
-fn venv_dir() -> PathBuf {
-    python_dir().join("venv")
-}
+impl Venv {
+    /// `target/python/venv`, from `python/requirements-dev.txt`: what
+    /// `cargo xtask python` and `test-all` use.
+    pub(crate) fn dev() -> Venv {
+        Venv {
+            home: root().join("target").join("python"),
+            requirements: "python/requirements-dev.txt",
+            compile: false,
+        }
+    }
 
-/// A program of the virtual environment (`python`, `maturin`, ...).
-fn venv_bin(name: &str) -> PathBuf {
-    venv_dir().join("bin").join(name)
+    /// `target/torchrl/venv`, from `python/requirements-torchrl.txt`: what
+    /// `cargo xtask test-torchrl` uses (torch, tensordict, torchrl).
+    pub(crate) fn torchrl() -> Venv {
+        Venv {
+            home: root().join("target").join("torchrl"),
+            requirements: "python/requirements-torchrl.txt",
+            compile: true,
+        }
+    }
+
+    /// The virtual environment's directory.
+    fn dir(&self) -> PathBuf {
+        self.home.join("venv")
+    }
+
+    /// A program of the virtual environment (`python`, `maturin`, ...).
+    pub(crate) fn bin(&self, name: &str) -> PathBuf {
+        self.dir().join("bin").join(name)
+    }
+
+    /// A command run from the workspace root with the environment's tools
+    /// first on the path, no bytecode written, and nothing inherited that
+    /// would make Python import the package from anywhere but the
+    /// environment.
+    pub(crate) fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new(program);
+        let bin = self.dir().join("bin");
+        let mut path = OsString::from(bin.as_os_str());
+        if let Some(old) = env::var_os("PATH") {
+            path.push(":");
+            path.push(old);
+        }
+        command
+            .current_dir(root())
+            .env("PATH", path)
+            .env("VIRTUAL_ENV", self.dir())
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+            .env_remove("PYTHONPATH")
+            .env_remove("PYTHONHOME")
+            .env_remove("CONDA_PREFIX");
+        command
+    }
+
+    /// What the environment is made from: the requirements and the
+    /// interpreter.
+    fn wanted_stamp(&self, requirements: &str) -> Result<String, String> {
+        let python = base_python();
+        let output = Command::new(&python)
+            .args([
+                "-c",
+                "import sys; print(sys.executable); print(sys.version.replace(chr(10), ' '))",
+            ])
+            .output()
+            .map_err(|e| {
+                format!(
+                    "could not run {} (set $PYTHON to a Python 3.11 or later): {e}",
+                    python.to_string_lossy()
+                )
+            })?;
+        if !output.status.success() {
+            return Err(format!(
+                "{} -c 'import sys; ...' failed ({}): {}",
+                python.to_string_lossy(),
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        Ok(format!(
+            "# interpreter\n{}# {}\n{requirements}",
+            String::from_utf8_lossy(&output.stdout),
+            self.requirements
+        ))
+    }
+
+    /// Makes the environment from its requirements unless the stamp says
+    /// it is made from the same file and interpreter.
+    pub(crate) fn ensure(&self) -> Result<(), String> {
+        let venv = self.dir();
+        let req_path = root().join(self.requirements);
+        let requirements =
+            fs::read_to_string(&req_path).map_err(|e| format!("{}: {e}", req_path.display()))?;
+        let wanted = self.wanted_stamp(&requirements)?;
+        let stamp = venv.join(STAMP);
+        if self.bin("python").exists()
+            && fs::read_to_string(&stamp).ok().as_deref() == Some(&wanted)
+        {
+            println!(
+                "xtask: == python environment: reused {} (made from {})",
+                venv.display(),
+                self.requirements
+            );
+            return Ok(());
+        }
+        if venv.exists() {
+            fs::remove_dir_all(&venv).map_err(|e| format!("{}: {e}", venv.display()))?;
+        }
+        fs::create_dir_all(&self.home).map_err(|e| format!("{}: {e}", self.home.display()))?;
+
+        let mut make = Command::new(base_python());
+        make.current_dir(root()).arg("-m").arg("venv").arg(&venv);
+        step(&format!("python -m venv {}", venv.display()), make).map_err(|e| {
+            format!("{e}\n(a Debian system Python needs `apt-get install python3-venv`)")
+        })?;
+
+        let mut fill = self.command(self.bin("python"));
+        fill.args(["-m", "pip", "install"]);
+        if !self.compile {
+            fill.arg("--no-compile");
+        }
+        fill.arg("-r").arg(&req_path);
+        step(&format!("pip install -r {}", self.requirements), fill)?;
+
+        // Written last: an interrupted install is redone at the next run.
+        fs::write(&stamp, wanted).map_err(|e| format!("{}: {e}", stamp.display()))
+    }
+
+    /// Builds the wheel with maturin (this environment's) and installs it.
+    pub(crate) fn build_and_install(&self) -> Result<(), String> {
+        let wheels = self.home.join("wheels");
+        if wheels.exists() {
+            fs::remove_dir_all(&wheels).map_err(|e| format!("{}: {e}", wheels.display()))?;
+        }
+        let mut build = self.command(self.bin("maturin"));
+        build
+            .args(["build", "--profile", "dev", "--features", TEST_FEATURES])
+            .arg("--interpreter")
+            .arg(self.bin("python"))
+            .arg("--out")
+            .arg(&wheels);
+        step(
+            &format!("maturin build (debug, --features {TEST_FEATURES})"),
+            build,
+        )?;
+
+        let wheel = single_wheel(&wheels)?;
+        let mut install = self.command(self.bin("python"));
+        install
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "--no-index",
+                "--no-compile",
+                "--force-reinstall",
+                "--quiet",
+            ])
+            .arg(&wheel);
+        step("pip install the wheel", install)
+    }
 }
 
 /// The interpreter that makes the environment: `$PYTHON`, else `python3`.
 fn base_python() -> OsString {
     env::var_os("PYTHON").unwrap_or_else(|| "python3".into())
-}
-
-/// A command run from the workspace root with the environment's tools first
-/// on the path, no bytecode written, and nothing inherited that would make
-/// Python import the package from anywhere but the environment.
-fn in_venv(program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut command = Command::new(program);
-    let bin = venv_dir().join("bin");
-    let mut path = OsString::from(bin.as_os_str());
-    if let Some(old) = env::var_os("PATH") {
-        path.push(":");
-        path.push(old);
-    }
-    command
-        .current_dir(root())
-        .env("PATH", path)
-        .env("VIRTUAL_ENV", venv_dir())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-        .env_remove("PYTHONPATH")
-        .env_remove("PYTHONHOME")
-        .env_remove("CONDA_PREFIX");
-    command
 }
 
 /// `cargo xtask python [pytest arguments...]`: every Python step, with the
@@ -99,109 +234,10 @@ pub(crate) fn command(pytest_args: &[String]) -> Result<(), String> {
 
 /// Every Python step, in order (see the module's documentation).
 pub(crate) fn run(pytest_args: &[String]) -> Result<(), String> {
-    ensure_venv()?;
-    build_and_install()?;
-    check(pytest_args)
-}
-
-/// What the environment is made from: the requirements and the interpreter.
-fn wanted_stamp(requirements: &str) -> Result<String, String> {
-    let python = base_python();
-    let output = Command::new(&python)
-        .args([
-            "-c",
-            "import sys; print(sys.executable); print(sys.version.replace(chr(10), ' '))",
-        ])
-        .output()
-        .map_err(|e| {
-            format!(
-                "could not run {} (set $PYTHON to a Python 3.11 or later): {e}",
-                python.to_string_lossy()
-            )
-        })?;
-    if !output.status.success() {
-        return Err(format!(
-            "{} -c 'import sys; ...' failed ({}): {}",
-            python.to_string_lossy(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    Ok(format!(
-        "# interpreter\n{}# {REQUIREMENTS}\n{requirements}",
-        String::from_utf8_lossy(&output.stdout)
-    ))
-}
-
-/// Makes `target/python/venv` from `python/requirements-dev.txt` unless the
-/// stamp says it is made from the same file and interpreter.
-fn ensure_venv() -> Result<(), String> {
-    let venv = venv_dir();
-    let req_path = root().join(REQUIREMENTS);
-    let requirements =
-        fs::read_to_string(&req_path).map_err(|e| format!("{}: {e}", req_path.display()))?;
-    let wanted = wanted_stamp(&requirements)?;
-    let stamp = venv.join(STAMP);
-    if venv_bin("python").exists() && fs::read_to_string(&stamp).ok().as_deref() == Some(&wanted) {
-        println!(
-            "xtask: == python environment: reused {} (made from {REQUIREMENTS})",
-            venv.display()
-        );
-        return Ok(());
-    }
-    if venv.exists() {
-        fs::remove_dir_all(&venv).map_err(|e| format!("{}: {e}", venv.display()))?;
-    }
-    fs::create_dir_all(python_dir()).map_err(|e| format!("{}: {e}", python_dir().display()))?;
-
-    let mut make = Command::new(base_python());
-    make.current_dir(root()).arg("-m").arg("venv").arg(&venv);
-    step("python -m venv target/python/venv", make).map_err(|e| {
-        format!("{e}\n(a Debian system Python needs `apt-get install python3-venv`)")
-    })?;
-
-    let mut fill = in_venv(venv_bin("python"));
-    fill.args(["-m", "pip", "install", "--no-compile", "-r"])
-        .arg(&req_path);
-    step(&format!("pip install -r {REQUIREMENTS}"), fill)?;
-
-    // Written last: an interrupted install is redone at the next run.
-    fs::write(&stamp, wanted).map_err(|e| format!("{}: {e}", stamp.display()))
-}
-
-/// Builds the wheel with maturin and installs it into the environment.
-fn build_and_install() -> Result<(), String> {
-    let wheels = python_dir().join("wheels");
-    if wheels.exists() {
-        fs::remove_dir_all(&wheels).map_err(|e| format!("{}: {e}", wheels.display()))?;
-    }
-    let mut build = in_venv(venv_bin("maturin"));
-    build
-        .args(["build", "--profile", "dev", "--features", TEST_FEATURES])
-        .arg("--interpreter")
-        .arg(venv_bin("python"))
-        .arg("--out")
-        .arg(&wheels);
-    step(
-        &format!("maturin build (debug, --features {TEST_FEATURES})"),
-        build,
-    )?;
-
-    let wheel = single_wheel(&wheels)?;
-    let mut install = in_venv(venv_bin("python"));
-    install
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--no-index",
-            "--no-compile",
-            "--force-reinstall",
-            "--quiet",
-        ])
-        .arg(&wheel);
-    step("pip install the wheel", install)
+    let venv = Venv::dev();
+    venv.ensure()?;
+    venv.build_and_install()?;
+    check(&venv, pytest_args)
 }
 
 /// The one wheel maturin wrote into `dir`.
@@ -223,29 +259,30 @@ fn single_wheel(dir: &Path) -> Result<PathBuf, String> {
 
 /// ruff, ruff format, mypy and pytest, from the workspace root (their
 /// configuration is in `pyproject.toml`).
-fn check(pytest_args: &[String]) -> Result<(), String> {
-    let caches = python_dir();
+fn check(venv: &Venv, pytest_args: &[String]) -> Result<(), String> {
+    let caches = Venv::dev().home;
 
-    let mut lint = in_venv(venv_bin("ruff"));
+    let mut lint = venv.command(venv.bin("ruff"));
     lint.args(["check", "python"])
         .env("RUFF_CACHE_DIR", caches.join("ruff-cache"));
     step("ruff check python", lint)?;
 
-    let mut format = in_venv(venv_bin("ruff"));
+    let mut format = venv.command(venv.bin("ruff"));
     format
         .args(["format", "--check", "python"])
         .env("RUFF_CACHE_DIR", caches.join("ruff-cache"));
     step("ruff format --check python", format)?;
 
-    let mut types = in_venv(venv_bin("python"));
+    let mut types = venv.command(venv.bin("python"));
     types
         .args(["-m", "mypy"])
         .env("MYPY_CACHE_DIR", caches.join("mypy-cache"));
     step("mypy (strict, python/rlpool)", types)?;
 
     // The examples in the installed package's docstrings (each public
-    // module has one), run where a user's import finds them.
-    let mut examples = in_venv(venv_bin("python"));
+    // module has one), run where a user's import finds them; but
+    // rlpool.torchrl's, which needs torch (`cargo xtask test-torchrl` runs it).
+    let mut examples = venv.command(venv.bin("python"));
     examples.args([
         "-m",
         "pytest",
@@ -253,6 +290,7 @@ fn check(pytest_args: &[String]) -> Result<(), String> {
         "-p",
         "no:cacheprovider",
         "--doctest-modules",
+        "--ignore-glob=*/rlpool/torchrl.py",
         "--pyargs",
         "rlpool",
     ]);
@@ -261,7 +299,7 @@ fn check(pytest_args: &[String]) -> Result<(), String> {
         examples,
     )?;
 
-    let mut tests = in_venv(venv_bin("python"));
+    let mut tests = venv.command(venv.bin("python"));
     tests
         .args(["-m", "pytest", "-p", "no:cacheprovider"])
         .args(pytest_args);
