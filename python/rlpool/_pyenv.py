@@ -26,6 +26,7 @@ import pickle
 import secrets
 import socket
 import struct
+import sys
 import threading
 import time
 import traceback
@@ -178,10 +179,13 @@ def build(payload: str, index: int, rpc: str, authkey: str) -> Adapter:
     else:
         maker = pickle.loads(base64.b64decode(payload[len("pickle:") :]))
     env = maker.fn(**maker.kwargs)
-    from rlpool._torchrl_env import TorchRLAdapter, is_torchrl_env
-
     adapter: Adapter
-    if is_torchrl_env(env):
+    # A TorchRL env (its maker imported torchrl already): its own adapter,
+    # whose module is imported only then.
+    torchrl_envs = sys.modules.get("torchrl.envs.common")
+    if torchrl_envs is not None and isinstance(env, torchrl_envs.EnvBase):
+        from rlpool._torchrl_env import TorchRLAdapter
+
         adapter = TorchRLAdapter(env, index, in_worker=not payload.startswith("local:"))
     else:
         for attribute in ("reset", "step", "action_space", "observation_space"):
