@@ -1204,7 +1204,9 @@ VENVS = {
     # vector API (Serial, Multiprocessing with batch_size). 1.0.1 imports
     # psutil and filelock without declaring them.
     "pufferlib": [["pufferlib", "pufferlib==1.0.1"], "psutil", "filelock"],
-    "torchrl": ["torch", "torchrl", "gymnasium"],
+    # maturin: rlpool.torchrl is installed into this venv from the working
+    # tree too (install_repo builds without isolation).
+    "torchrl": ["torch", "torchrl", "gymnasium", "maturin", "cloudpickle"],
     "plot": ["matplotlib"],
     # Then rlpool itself from this repository (install_repo, every run);
     # the Python envs of the python and atari sets need gymnasium,
@@ -2160,6 +2162,9 @@ def cmd_run(args):
     workload = 0
     for name in sets:
         measured = [x for x in plan[name]["systems"] if available[x]]
+        if not measured:
+            print(f"== set {name}: no system could be measured", flush=True)
+            continue
         seconds = plan[name]["seconds"]
         for env in SETS[name]:
             for n in plan[name]["sizes"]:
