@@ -74,6 +74,16 @@ impl Venv {
         }
     }
 
+    /// `target/ray/venv`, from `python/requirements-ray.txt`: what
+    /// `cargo xtask test-ray` uses (Ray).
+    pub(crate) fn ray() -> Venv {
+        Venv {
+            home: root().join("target").join("ray"),
+            requirements: "python/requirements-ray.txt",
+            compile: false,
+        }
+    }
+
     /// The virtual environment's directory.
     fn dir(&self) -> PathBuf {
         self.home.join("venv")

@@ -20,21 +20,13 @@
 //!
 //! Nothing is written to the source tree (no bytecode, no pytest cache).
 
-use std::env;
-use std::ffi::OsString;
 use std::fs;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::{root, step};
-
-/// The pinned requirements, relative to the workspace root.
-const REQUIREMENTS: &str = "python/requirements-ray.txt";
-
-/// The stamp file inside the environment: what it was made from.
-const STAMP: &str = "rlpool-ray-requirements.stamp";
+use crate::python::Venv;
+use crate::step;
 
 /// The per-test deadline of pytest-timeout: a session's first test also
 /// starts the cluster, which takes up to a minute on two loaded cores.
@@ -54,39 +46,11 @@ const RAY_ENV: &[(&str, &str)] = &[
 /// The names of the processes that make a Ray node.
 const RAY_DAEMONS: &[&str] = &["raylet", "gcs_server"];
 
-/// `target/ray`: everything this command writes.
-fn ray_dir() -> PathBuf {
-    root().join("target").join("ray")
-}
-
-fn venv_dir() -> PathBuf {
-    ray_dir().join("venv")
-}
-
-fn venv_bin(name: &str) -> PathBuf {
-    venv_dir().join("bin").join(name)
-}
-
-/// A command run from the workspace root in the environment, with no
-/// bytecode written, nothing inherited that would import another rlpool,
-/// and the Ray variables set.
-fn in_venv(program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut command = Command::new(program);
-    let mut path = OsString::from(venv_dir().join("bin").as_os_str());
-    if let Some(old) = env::var_os("PATH") {
-        path.push(":");
-        path.push(old);
-    }
-    command
-        .current_dir(root())
-        .env("PATH", path)
-        .env("VIRTUAL_ENV", venv_dir())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-        .env_remove("PYTHONPATH")
-        .env_remove("PYTHONHOME")
-        .env_remove("CONDA_PREFIX")
-        .env_remove("RAY_ADDRESS");
+/// A command run from the workspace root in Ray's environment
+/// ([`Venv::command`]) with the Ray variables set.
+fn in_venv(venv: &Venv, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = venv.command(program);
+    command.env_remove("RAY_ADDRESS");
     for (name, value) in RAY_ENV {
         command.env(name, value);
     }
@@ -100,9 +64,10 @@ pub(crate) fn command(pytest_args: &[String]) -> Result<(), String> {
         return Ok(());
     }
     let start = Instant::now();
-    ensure_venv()?;
-    build_and_install()?;
-    let result = run_tests(pytest_args);
+    let venv = Venv::ray();
+    venv.ensure()?;
+    venv.build_and_install()?;
+    let result = run_tests(&venv, pytest_args);
     let left = check_no_ray_left();
     println!(
         "xtask: == test-ray: {} in {:.0}s",
@@ -116,114 +81,9 @@ pub(crate) fn command(pytest_args: &[String]) -> Result<(), String> {
     result.and(left)
 }
 
-/// What the environment is made from: the requirements and the interpreter.
-fn wanted_stamp(python: &OsString, requirements: &str) -> Result<String, String> {
-    let output = Command::new(python)
-        .args([
-            "-c",
-            "import sys; print(sys.executable); print(sys.version.replace(chr(10), ' '))",
-        ])
-        .output()
-        .map_err(|e| {
-            format!(
-                "could not run {} (set $PYTHON to a Python 3.10 or later): {e}",
-                python.to_string_lossy()
-            )
-        })?;
-    if !output.status.success() {
-        return Err(format!(
-            "{} failed ({})",
-            python.to_string_lossy(),
-            output.status
-        ));
-    }
-    Ok(format!(
-        "# interpreter\n{}# {REQUIREMENTS}\n{requirements}",
-        String::from_utf8_lossy(&output.stdout)
-    ))
-}
-
-/// Makes `target/ray/venv` unless its stamp matches.
-fn ensure_venv() -> Result<(), String> {
-    let python = env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
-    let venv = venv_dir();
-    let req_path = root().join(REQUIREMENTS);
-    let requirements =
-        fs::read_to_string(&req_path).map_err(|e| format!("{}: {e}", req_path.display()))?;
-    let wanted = wanted_stamp(&python, &requirements)?;
-    let stamp = venv.join(STAMP);
-    if venv_bin("python").exists() && fs::read_to_string(&stamp).ok().as_deref() == Some(&wanted) {
-        println!(
-            "xtask: == ray environment: reused {} (made from {REQUIREMENTS})",
-            venv.display()
-        );
-        return Ok(());
-    }
-    if venv.exists() {
-        fs::remove_dir_all(&venv).map_err(|e| format!("{}: {e}", venv.display()))?;
-    }
-    fs::create_dir_all(ray_dir()).map_err(|e| format!("{}: {e}", ray_dir().display()))?;
-    let mut make = Command::new(&python);
-    make.current_dir(root()).arg("-m").arg("venv").arg(&venv);
-    step("python -m venv target/ray/venv", make)?;
-    let mut fill = in_venv(venv_bin("python"));
-    fill.args(["-m", "pip", "install", "--no-compile", "-r"])
-        .arg(&req_path);
-    step(&format!("pip install -r {REQUIREMENTS}"), fill)?;
-    // Written last: an interrupted install is redone at the next run.
-    fs::write(&stamp, wanted).map_err(|e| format!("{}: {e}", stamp.display()))
-}
-
-/// Builds the package from the tree and installs it into the environment.
-fn build_and_install() -> Result<(), String> {
-    let wheels = ray_dir().join("wheels");
-    if wheels.exists() {
-        fs::remove_dir_all(&wheels).map_err(|e| format!("{}: {e}", wheels.display()))?;
-    }
-    let mut build = in_venv(venv_bin("maturin"));
-    build
-        .args(["build", "--profile", "dev", "--features", "test-envs"])
-        .arg("--interpreter")
-        .arg(venv_bin("python"))
-        .arg("--out")
-        .arg(&wheels);
-    step("maturin build (debug, --features test-envs)", build)?;
-    let wheel = single_wheel(&wheels)?;
-    let mut install = in_venv(venv_bin("python"));
-    install
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--no-index",
-            "--no-compile",
-            "--force-reinstall",
-            "--quiet",
-        ])
-        .arg(&wheel);
-    step("pip install the wheel", install)
-}
-
-fn single_wheel(dir: &Path) -> Result<PathBuf, String> {
-    let wheels: Vec<PathBuf> = fs::read_dir(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
-        .collect();
-    match wheels.as_slice() {
-        [one] => Ok(one.clone()),
-        _ => Err(format!(
-            "expected one wheel in {}, found {}",
-            dir.display(),
-            wheels.len()
-        )),
-    }
-}
-
 /// The tests on the two-node cluster, then the module's example.
-fn run_tests(pytest_args: &[String]) -> Result<(), String> {
-    let mut tests = in_venv(venv_bin("python"));
+fn run_tests(venv: &Venv, pytest_args: &[String]) -> Result<(), String> {
+    let mut tests = in_venv(venv, venv.bin("python"));
     tests
         .args(["-m", "pytest", "-p", "no:cacheprovider", "-rs"])
         .arg(format!("--timeout={TEST_TIMEOUT_S}"))
@@ -236,7 +96,7 @@ fn run_tests(pytest_args: &[String]) -> Result<(), String> {
 
     // A single-node `ray.init`: Ray keeps it on the loopback when told that
     // this is not a cluster.
-    let mut example = in_venv(venv_bin("python"));
+    let mut example = in_venv(venv, venv.bin("python"));
     example
         .args([
             "-m",
