@@ -21,7 +21,9 @@ then, with the bench venv's Python (numpy and gymnasium installed):
     python xtask/anchors/paired.py /tmp/sites/A /tmp/sites/B cartpole 32
 
 A side may carry environment variables and its own workload:
-`/tmp/sites/B,KIND=noop0,SOME_VAR=1`. Workloads: `cartpole`
+`/tmp/sites/B,KIND=noop0,SOME_VAR=1`; `VEC=1` drives
+`rlpool.gymnasium.AsyncVectorEnv` (its defaults; `cartpole` or the no-op
+env) with `step` instead of the pool's `step_and_maybe_reset`. Workloads: `cartpole`
 (gymnasium.make("CartPole-v1")), `noopN` (a no-op Python env with
 max_info_bytes=N, default 1024), `busyK` (a Python env looping K times per
 step), or a registered rlpool name. Options: pairs (default 10), seconds
@@ -63,15 +65,28 @@ elif kind.startswith("busy"):
     maker = rlpool.PyEnvMaker(NoOp, {"k": int(kind[4:] or 0)})
 else:
     maker = kind
-options = {}
-if backend == "multiprocessing":
-    options = dict(exchange="shm", envs_per_worker=math.ceil(n / (os.cpu_count() or 1)))
-pool = rlpool.AsyncEnvPool([maker] * n, backend=backend, **options)
-pool.reset()
 rng = np.random.default_rng(0)
+if os.environ.get("VEC") == "1":
+    # rlpool.gymnasium.AsyncVectorEnv (its defaults), as the anchors drive it.
+    import rlpool.gymnasium
+    fns = [lambda: gym.make("CartPole-v1")] * n if kind == "cartpole" else [NoOp] * n
+    vec = rlpool.gymnasium.AsyncVectorEnv(fns, backend=backend)
+    vec.reset(seed=0)
 
-def batch():
-    pool.step_and_maybe_reset({"action": rng.integers(0, 2, size=(n,))})
+    def batch():
+        vec.step(rng.integers(0, 2, size=(n,)))
+
+    class pool:
+        shutdown = vec.close
+else:
+    options = {}
+    if backend == "multiprocessing":
+        options = dict(exchange="shm", envs_per_worker=math.ceil(n / (os.cpu_count() or 1)))
+    pool = rlpool.AsyncEnvPool([maker] * n, backend=backend, **options)
+    pool.reset()
+
+    def batch():
+        pool.step_and_maybe_reset({"action": rng.integers(0, 2, size=(n,))})
 
 def cpu():
     ticks = os.sysconf("SC_CLK_TCK")

@@ -9,6 +9,10 @@ use super::book::Taken;
 use super::AsyncEnvPool;
 use crate::{PoolError, StackMode};
 
+/// A dense batch's parts: the sent rows (for a step), the `"next"`
+/// results (for a step), the next roots (for a reset or a step and reset).
+type DenseParts = (Option<TensorDict>, Option<TensorDict>, Option<TensorDict>);
+
 impl AsyncEnvPool {
     /// The root part of an env's step result: its row of the sent
     /// tensordict.
@@ -82,6 +86,15 @@ impl AsyncEnvPool {
         let first = taken.envs[0];
         let wants_root = op != Op::Step;
         let wants_step = op != Op::Reset;
+        if self.stack == StackMode::MaybeDense {
+            // Where the backend's batch rows hold every result (envs of one
+            // layout) and the sent rows stack densely, a maybe-dense stack
+            // is the dense batch: built the dense way, with no per-env
+            // tensordict. Otherwise env by env, below.
+            if let Some(batches) = self.maybe_dense_fast(op, taken) {
+                return self.dense_batch(taken, batches);
+            }
+        }
         if self.stack == StackMode::Dense {
             let step_batch = if wants_step {
                 Some(self.step_roots(taken)?)
@@ -121,27 +134,7 @@ impl AsyncEnvPool {
                     (next_batch, root_batch)
                 }
             };
-            let env_index = self.env_index_column(&taken.envs);
-            let (step, root) = match (step_batch, next_batch, root_batch) {
-                (Some(mut step), Some(next), root) => {
-                    step.set("next", next)?;
-                    let root = match root {
-                        Some(mut root) => {
-                            root.set("env_index", env_index.clone())?;
-                            Some(StackedTensorDict::Dense(root))
-                        }
-                        None => None,
-                    };
-                    step.set("env_index", env_index)?;
-                    (step, root)
-                }
-                (_, _, Some(mut root)) => {
-                    root.set("env_index", env_index)?;
-                    (root, None)
-                }
-                _ => unreachable!("every op wants a step or a root"),
-            };
-            return Ok((StackedTensorDict::Dense(step), root));
+            return self.dense_batch(taken, (step_batch, next_batch, root_batch));
         }
         let mut steps = Vec::with_capacity(k);
         let mut roots = Vec::with_capacity(k);
@@ -162,6 +155,51 @@ impl AsyncEnvPool {
             Op::Step => (stack(steps)?, None),
             Op::StepAndMaybeReset => (stack(steps)?, Some(stack(roots)?)),
         })
+    }
+
+    /// The parts of a maybe-dense batch built as a dense one, or `None`
+    /// when it must be built env by env: the backend's batch rows do not
+    /// hold every result (envs of different layouts, a result not in its
+    /// rows), or the sent rows do not stack densely.
+    fn maybe_dense_fast(&self, op: Op, taken: &Taken) -> Option<DenseParts> {
+        let step_batch = if op == Op::Reset {
+            None
+        } else {
+            Some(self.step_roots(taken).ok()?)
+        };
+        let (next_batch, root_batch) = self.backend().gather(op, &taken.envs)?;
+        Some((step_batch, next_batch, root_batch))
+    }
+
+    /// The dense batch of `taken`'s results from its parts: the sent rows
+    /// with `"next"` and `"env_index"`, and the next roots with
+    /// `"env_index"`.
+    fn dense_batch(
+        &self,
+        taken: &Taken,
+        parts: DenseParts,
+    ) -> Result<(StackedTensorDict, Option<StackedTensorDict>), PoolError> {
+        let env_index = self.env_index_column(&taken.envs);
+        let (step, root) = match parts {
+            (Some(mut step), Some(next), root) => {
+                step.set("next", next)?;
+                let root = match root {
+                    Some(mut root) => {
+                        root.set("env_index", env_index.clone())?;
+                        Some(StackedTensorDict::Dense(root))
+                    }
+                    None => None,
+                };
+                step.set("env_index", env_index)?;
+                (step, root)
+            }
+            (_, _, Some(mut root)) => {
+                root.set("env_index", env_index)?;
+                (root, None)
+            }
+            _ => unreachable!("every op wants a step or a root"),
+        };
+        Ok((StackedTensorDict::Dense(step), root))
     }
 
     /// One env's step result and root result, as owned tensordicts.

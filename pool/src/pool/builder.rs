@@ -105,10 +105,11 @@ impl PoolBuilder {
             }
         }
         // A dense batch gathers every result into rows of one batch: the
-        // backends do it as results arrive.
+        // backends do it as results arrive, when the envs' results share
+        // one layout. So does a maybe-dense one, which is dense then.
         let rows = match self.stack {
-            StackMode::Dense => Rows::Batch,
-            StackMode::MaybeDense | StackMode::Lazy => Rows::PerEnv,
+            StackMode::Dense | StackMode::MaybeDense => Rows::Batch,
+            StackMode::Lazy => Rows::PerEnv,
         };
         let backend = match self.backend {
             Backend::Threading(options) => {

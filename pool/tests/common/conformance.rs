@@ -1114,6 +1114,69 @@ pub(crate) fn sends_with_different_env_index_kinds_stack_densely(with: Configure
     }
 }
 
+/// Maybe-dense stacking of envs of one layout gives the dense batches,
+/// entry for entry (the pool builds them the dense way, from its batch
+/// rows): sync reset, step and step-and-maybe-reset, and async batches of
+/// rows from two sends; rows from sends with different keys still stack
+/// lazily, each keeping its own keys.
+pub(crate) fn maybe_dense_batches_of_one_layout_are_the_dense_ones(with: Configure) {
+    let dense = counters(with, &[0, 10, 20], StackMode::Dense);
+    let maybe = counters(with, &[0, 10, 20], StackMode::MaybeDense);
+    let same = |a: Batch, b: Batch, what: &str| {
+        let (a, b) = (a.into_data(), b.into_data());
+        assert!(matches!(b, StackedTensorDict::Dense(_)), "{what}: {b:?}");
+        assert_eq!(a, b, "{what}");
+    };
+    same(
+        dense.reset(None).unwrap(),
+        maybe.reset(None).unwrap(),
+        "reset",
+    );
+    same(
+        dense.step(actions(&[1, 2, 3])).unwrap(),
+        maybe.step(actions(&[1, 2, 3])).unwrap(),
+        "step",
+    );
+    let (d_step, d_root) = dense.step_and_maybe_reset(actions(&[3, 2, 1])).unwrap();
+    let (m_step, m_root) = maybe.step_and_maybe_reset(actions(&[3, 2, 1])).unwrap();
+    same(d_step, m_step, "step_and_maybe_reset's steps");
+    same(d_root, m_root, "step_and_maybe_reset's roots");
+    for pool in [&dense, &maybe] {
+        pool.async_step_send(actions(&[5]), Target::Envs(vec![2]))
+            .unwrap();
+        pool.async_step_send(actions(&[4, 6]), Target::Envs(vec![1, 0]))
+            .unwrap();
+    }
+    same(
+        dense.async_step_recv(Recv::all(3)).unwrap(),
+        maybe.async_step_recv(Recv::all(3)).unwrap(),
+        "rows of two sends",
+    );
+
+    // Rows of sends with different keys: lazy, as env-by-env stacking
+    // makes them.
+    maybe
+        .async_step_send(actions(&[1]), Target::Envs(vec![0]))
+        .unwrap();
+    let mut tagged = actions(&[2]);
+    tagged
+        .set("tag", Tensor::from_vec(&[1], vec![7.0f32]).unwrap())
+        .unwrap();
+    maybe
+        .async_step_send(tagged, Target::Envs(vec![1]))
+        .unwrap();
+    let batch = maybe.async_step_recv(Recv::all(2)).unwrap();
+    assert_eq!(sorted_envs(&batch), vec![0, 1]);
+    match batch.data() {
+        StackedTensorDict::Lazy(lazy) => {
+            assert!(!lazy.index(0).unwrap().contains("tag"));
+            assert!(lazy.index(1).unwrap().contains("tag"));
+            assert_eq!(int_at(lazy.index(1).unwrap(), &["next", "observation"]), 20);
+        }
+        dense => panic!("rows with different keys stack lazily: {dense:?}"),
+    }
+}
+
 /// A batch receive that fails while building its batch (dense stacking of
 /// rows from two sends whose tensordicts have different keys) loses no
 /// result: each can still be received.

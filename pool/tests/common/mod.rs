@@ -35,6 +35,7 @@ macro_rules! conformance {
     batch_receive_never_takes_a_per_env_send,
     out_of_order_sends_come_back_sorted,
     sends_with_different_env_index_kinds_stack_densely,
+    maybe_dense_batches_of_one_layout_are_the_dense_ones,
     a_batch_that_cannot_be_built_loses_nothing,
     env_panic_is_reported,
     env_error_is_reported,
