@@ -48,7 +48,10 @@ pub enum StackMode {
     /// keys, shapes and dtypes.
     #[default]
     Dense,
-    /// Dense where the results allow it, lazy otherwise.
+    /// Dense where the results allow it, lazy otherwise. Envs whose
+    /// results share one layout get the dense batches, built as a dense
+    /// pool builds them (from the backend's batch rows, no per-env
+    /// tensordict).
     MaybeDense,
     /// The per-env results kept as they are (heterogeneous envs allowed).
     Lazy,
