@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import time
 from typing import Any
 
@@ -195,6 +196,18 @@ def where_am_i() -> SpaceEnv:
     env = box_env()
     env.label = f"{os.getpid()}:{os.getcwd()}"
     return env
+
+
+class ThreadRecorder(SpaceEnv):
+    """A Box env that records the threads it stepped on (``threads``)."""
+
+    def __init__(self) -> None:
+        super().__init__(box2(), spaces.Discrete(2), episode=1 << 30)
+        self.threads: set[int] = set()
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self.threads.add(threading.get_ident())
+        return super().step(action)
 
 
 class Closing(SpaceEnv):

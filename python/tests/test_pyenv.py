@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from typing import Any
 
@@ -216,6 +217,30 @@ def test_makers_of_every_kind(pools, config):
     assert (int(pid) != os.getpid()) == config.procs
     with pytest.raises(rlpool.InvalidArgument, match="env 5 is the registered env"):
         pool.env_get_attr("spec", env_index=5)
+
+
+def test_python_envs_on_threads_step_on_one_worker_thread_by_default(pools):
+    """Python envs hold the GIL while they step: by default the threading
+    backend runs them on one worker thread (the caller may help), not one
+    per core that would only take turns; ``num_threads`` asks for more, and
+    a ``worker_affinity`` list for one per CPU set."""
+    pool = pools([python_envs.ThreadRecorder] * 8, backend="threading")
+    pool.reset()
+    for _ in range(50):
+        pool.step({"action": np.zeros(8, dtype=np.int64)})
+    seen = set().union(*pool.env_get_attr("threads"))
+    assert len(seen - {threading.get_ident()}) == 1, seen
+    pool = pools([python_envs.ThreadRecorder] * 8, backend="threading", num_threads=2)
+    pool.reset()
+    pool.step({"action": np.zeros(8, dtype=np.int64)})
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    pool = pools(
+        [python_envs.ThreadRecorder] * 4,
+        backend="threading",
+        worker_affinity=[[cpu] for cpu in cpus],
+    )
+    pool.reset()
+    pool.step({"action": np.zeros(4, dtype=np.int64)})
 
 
 def test_a_maker_in_a_module_found_through_sys_path_only(pools, tmp_path, monkeypatch):
