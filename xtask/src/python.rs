@@ -32,6 +32,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
 
 use crate::{root, step};
 
@@ -92,6 +93,14 @@ impl Venv {
     /// A program of the virtual environment (`python`, `maturin`, ...).
     pub(crate) fn bin(&self, name: &str) -> PathBuf {
         self.dir().join("bin").join(name)
+    }
+
+    /// `python -m pytest -p no:cacheprovider` in the environment
+    /// ([`Venv::command`]): the start of every pytest run here.
+    pub(crate) fn pytest(&self) -> Command {
+        let mut command = self.command(self.bin("python"));
+        command.args(["-m", "pytest", "-p", "no:cacheprovider"]);
+        command
     }
 
     /// A command run from the workspace root with the environment's tools
@@ -242,6 +251,31 @@ pub(crate) fn command(pytest_args: &[String]) -> Result<(), String> {
     run(pytest_args)
 }
 
+/// `cargo xtask NAME [pytest arguments...]` for a suite of its own venv:
+/// the usage on `--help`; else the environment made and filled when
+/// missing, the package built and installed into it, then `tests`, timed.
+pub(crate) fn suite(
+    name: &str,
+    venv: Venv,
+    pytest_args: &[String],
+    tests: impl FnOnce(&Venv) -> Result<(), String>,
+) -> Result<(), String> {
+    if pytest_args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{}", crate::USAGE);
+        return Ok(());
+    }
+    let start = Instant::now();
+    venv.ensure()?;
+    venv.build_and_install()?;
+    let result = tests(&venv);
+    println!(
+        "xtask: == {name}: {} in {:.0}s",
+        if result.is_ok() { "ok" } else { "FAILED" },
+        start.elapsed().as_secs_f64()
+    );
+    result
+}
+
 /// Every Python step, in order (see the module's documentation).
 pub(crate) fn run(pytest_args: &[String]) -> Result<(), String> {
     let venv = Venv::dev();
@@ -292,13 +326,9 @@ fn check(venv: &Venv, pytest_args: &[String]) -> Result<(), String> {
     // The examples in the installed package's docstrings (each public
     // module has one), run where a user's import finds them; but
     // rlpool.torchrl's, which needs torch (`cargo xtask test-torchrl` runs it).
-    let mut examples = venv.command(venv.bin("python"));
+    let mut examples = venv.pytest();
     examples.args([
-        "-m",
-        "pytest",
         "-q",
-        "-p",
-        "no:cacheprovider",
         "--doctest-modules",
         "--ignore-glob=*/rlpool/torchrl.py",
         "--pyargs",
@@ -309,9 +339,7 @@ fn check(venv: &Venv, pytest_args: &[String]) -> Result<(), String> {
         examples,
     )?;
 
-    let mut tests = venv.command(venv.bin("python"));
-    tests
-        .args(["-m", "pytest", "-p", "no:cacheprovider"])
-        .args(pytest_args);
+    let mut tests = venv.pytest();
+    tests.args(pytest_args);
     step("pytest python/tests", tests)
 }

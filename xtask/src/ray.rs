@@ -46,10 +46,10 @@ const RAY_ENV: &[(&str, &str)] = &[
 /// The names of the processes that make a Ray node.
 const RAY_DAEMONS: &[&str] = &["raylet", "gcs_server"];
 
-/// A command run from the workspace root in Ray's environment
-/// ([`Venv::command`]) with the Ray variables set.
-fn in_venv(venv: &Venv, program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut command = venv.command(program);
+/// pytest in Ray's environment ([`Venv::pytest`]) with the Ray variables
+/// set.
+fn pytest(venv: &Venv) -> Command {
+    let mut command = venv.pytest();
     command.env_remove("RAY_ADDRESS");
     for (name, value) in RAY_ENV {
         command.env(name, value);
@@ -59,33 +59,17 @@ fn in_venv(venv: &Venv, program: impl AsRef<std::ffi::OsStr>) -> Command {
 
 /// `cargo xtask test-ray [pytest arguments...]`.
 pub(crate) fn command(pytest_args: &[String]) -> Result<(), String> {
-    if pytest_args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{}", crate::USAGE);
-        return Ok(());
-    }
-    let start = Instant::now();
-    let venv = Venv::ray();
-    venv.ensure()?;
-    venv.build_and_install()?;
-    let result = run_tests(&venv, pytest_args);
-    let left = check_no_ray_left();
-    println!(
-        "xtask: == test-ray: {} in {:.0}s",
-        if result.is_ok() && left.is_ok() {
-            "ok"
-        } else {
-            "FAILED"
-        },
-        start.elapsed().as_secs_f64()
-    );
-    result.and(left)
+    crate::python::suite("test-ray", Venv::ray(), pytest_args, |venv| {
+        let result = run_tests(venv, pytest_args);
+        result.and(check_no_ray_left())
+    })
 }
 
 /// The tests on the two-node cluster, then the module's example.
 fn run_tests(venv: &Venv, pytest_args: &[String]) -> Result<(), String> {
-    let mut tests = in_venv(venv, venv.bin("python"));
+    let mut tests = pytest(venv);
     tests
-        .args(["-m", "pytest", "-p", "no:cacheprovider", "-rs"])
+        .arg("-rs")
         .arg(format!("--timeout={TEST_TIMEOUT_S}"))
         .arg("python/tests_ray")
         .args(pytest_args);
@@ -96,18 +80,9 @@ fn run_tests(venv: &Venv, pytest_args: &[String]) -> Result<(), String> {
 
     // A single-node `ray.init`: Ray keeps it on the loopback when told that
     // this is not a cluster.
-    let mut example = in_venv(venv, venv.bin("python"));
+    let mut example = pytest(venv);
     example
-        .args([
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--doctest-modules",
-            "--pyargs",
-            "rlpool.ray",
-        ])
+        .args(["-q", "--doctest-modules", "--pyargs", "rlpool.ray"])
         .arg(format!("--timeout={TEST_TIMEOUT_S}"))
         .env("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0");
     step("pytest --doctest-modules rlpool.ray (the example)", example)

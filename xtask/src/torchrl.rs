@@ -14,49 +14,18 @@
 //!
 //! Never part of `cargo xtask test-all`.
 
-use std::time::Instant;
-
 use crate::python::Venv;
 use crate::step;
 
 /// `cargo xtask test-torchrl [pytest arguments...]`.
 pub(crate) fn command(pytest_args: &[String]) -> Result<(), String> {
-    if pytest_args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{}", crate::USAGE);
-        return Ok(());
-    }
-    let start = Instant::now();
-    let venv = Venv::torchrl();
-    venv.ensure()?;
-    venv.build_and_install()?;
+    crate::python::suite("test-torchrl", Venv::torchrl(), pytest_args, |venv| {
+        let mut example = venv.pytest();
+        example.args(["-q", "--doctest-modules", "--pyargs", "rlpool.torchrl"]);
+        step("pytest --doctest-modules rlpool.torchrl", example)?;
 
-    let mut example = venv.command(venv.bin("python"));
-    example.args([
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "--doctest-modules",
-        "--pyargs",
-        "rlpool.torchrl",
-    ]);
-    step("pytest --doctest-modules rlpool.torchrl", example)?;
-
-    let mut tests = venv.command(venv.bin("python"));
-    tests
-        .args([
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "python/tests_torchrl",
-        ])
-        .args(pytest_args);
-    step("pytest python/tests_torchrl", tests)?;
-    println!(
-        "xtask: test-torchrl: ok in {:.0} s",
-        start.elapsed().as_secs_f64()
-    );
-    Ok(())
+        let mut tests = venv.pytest();
+        tests.arg("python/tests_torchrl").args(pytest_args);
+        step("pytest python/tests_torchrl", tests)
+    })
 }
