@@ -820,9 +820,7 @@ class AsyncEnvPool:
         timeout: float | None = None,
     ) -> Batch:
         """Receives reset results (see :meth:`async_step_recv`)."""
-        if env_index is not None:
-            return self._recv_env(0, env_index, timeout)[0]
-        return self._recv(0, min_get, max_get, timeout)[0]
+        return self._receive(0, min_get, env_index, max_get, timeout)[0]
 
     def async_step_recv(
         self,
@@ -841,9 +839,7 @@ class AsyncEnvPool:
         Raises :class:`~rlpool.ActorDied` once for a dead actor (its
         results in flight are lost), :class:`~rlpool.EnvFailed` for a
         failed env (with global indices)."""
-        if env_index is not None:
-            return self._recv_env(1, env_index, timeout)[0]
-        return self._recv(1, min_get, max_get, timeout)[0]
+        return self._receive(1, min_get, env_index, max_get, timeout)[0]
 
     def async_step_and_maybe_reset_recv(
         self,
@@ -855,12 +851,22 @@ class AsyncEnvPool:
     ) -> tuple[Batch, Batch]:
         """Receives ``(result, next_root)`` pairs (see
         :meth:`async_step_recv`)."""
-        out = (
-            self._recv_env(2, env_index, timeout)
-            if env_index is not None
-            else self._recv(2, min_get, max_get, timeout)
-        )
+        out = self._receive(2, min_get, env_index, max_get, timeout)
         return out[0], out[1]
+
+    def _receive(
+        self,
+        op: int,
+        min_get: int,
+        env_index: int | None,
+        max_get: int | None,
+        timeout: float | None,
+    ) -> tuple[Batch, ...]:
+        """A receive of ``op``'s results: env ``env_index``'s alone, or a
+        batch of every actor's."""
+        if env_index is not None:
+            return self._recv_env(op, env_index, timeout)
+        return self._recv(op, min_get, max_get, timeout)
 
     # -- synchronous calls -----------------------------------------------------
 

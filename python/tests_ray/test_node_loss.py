@@ -27,19 +27,25 @@ def zeros(n: int) -> dict[str, np.ndarray]:
     return {"action": np.zeros((n, 1), dtype=np.int64)}
 
 
-def test_a_lost_node_is_an_error_naming_its_actor_and_envs(ray_cluster: Cluster) -> None:
-    kwargs = [{"step_us": FAST_US, "mode": "sleep"}] * 4 + [
+def fast_on_a_slow_on_b(per_node: int, **options: object) -> rlpool.ray.AsyncEnvPool:
+    """``per_node`` fast LatencyEnvs on node a's actor and as many slow ones
+    on node b's, in worker processes of two envs each."""
+    kwargs = [{"step_us": FAST_US, "mode": "sleep"}] * per_node + [
         {"step_us": SLOW_US, "mode": "sleep"}
-    ] * 4
-    pool = rlpool.ray.AsyncEnvPool(
-        ["LatencyEnv"] * 8,
+    ] * per_node
+    return rlpool.ray.AsyncEnvPool(
+        ["LatencyEnv"] * (2 * per_node),
         num_actors=2,
         actor_options=[ON_A, ON_B],
         backend="multiprocessing",
-        exchange="shm",
         envs_per_worker=2,
         create_env_kwargs=kwargs,
+        **options,
     )
+
+
+def test_a_lost_node_is_an_error_naming_its_actor_and_envs(ray_cluster: Cluster) -> None:
+    pool = fast_on_a_slow_on_b(4, exchange="shm")
     try:
         info = pool.actor_info
         b_pids = [info[1]["pid"], *info[1]["worker_pids"]]
@@ -98,17 +104,7 @@ def test_a_lost_node_is_an_error_naming_its_actor_and_envs(ray_cluster: Cluster)
 
 
 def test_a_silent_actor_is_declared_dead_and_killed(ray_cluster: Cluster) -> None:
-    kwargs = [{"step_us": FAST_US, "mode": "sleep"}] * 2 + [
-        {"step_us": SLOW_US, "mode": "sleep"}
-    ] * 2
-    pool = rlpool.ray.AsyncEnvPool(
-        ["LatencyEnv"] * 4,
-        num_actors=2,
-        actor_options=[ON_A, ON_B],
-        backend="multiprocessing",
-        envs_per_worker=2,
-        create_env_kwargs=kwargs,
-    )
+    pool = fast_on_a_slow_on_b(2)
     try:
         info = pool.actor_info
         b_pids = [info[1]["pid"], *info[1]["worker_pids"]]

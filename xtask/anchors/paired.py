@@ -76,8 +76,7 @@ if os.environ.get("VEC") == "1":
     def batch():
         vec.step(rng.integers(0, 2, size=(n,)))
 
-    class pool:
-        shutdown = vec.close
+    close = vec.close
 else:
     options = {}
     if backend == "multiprocessing":
@@ -87,6 +86,8 @@ else:
 
     def batch():
         pool.step_and_maybe_reset({"action": rng.integers(0, 2, size=(n,))})
+
+    close = pool.shutdown
 
 def cpu():
     ticks = os.sysconf("SC_CLK_TCK")
@@ -113,7 +114,7 @@ for line in sys.stdin:
         k += 1
     elapsed = time.perf_counter() - t0
     print(k * n / elapsed, (cpu() - c0) / (k * n) * 1e6, flush=True)
-pool.shutdown()
+close()
 """
 
 
