@@ -58,7 +58,7 @@ from rlpool import _tensordict as rl_td
 from rlpool import specs as rl_specs
 from rlpool._pool import AsyncEnvPool as _RustPool
 from rlpool._pyenv import PyEnvMaker
-from rlpool._torchrl_env import torch_dtype_name
+from rlpool._torchrl_env import numpy_of, torch_dtype_name
 from rlpool.errors import InvalidArgument, InvalidType, PoolError
 
 __all__ = ["AsyncEnvPool", "from_torchrl_spec", "to_torchrl_spec"]
@@ -325,6 +325,7 @@ class AsyncEnvPool(EnvBase):  # type: ignore[misc]
             super().__init__(batch_size=input_spec.shape)
             self._input_dtypes = self._make_input_dtypes()
             self._index_cache: dict[tuple[int, ...], Any] = {}
+            self._index_items: list[Any] = [None] * self.num_envs
         except BaseException:
             self._rlpool.shutdown()
             raise
@@ -457,7 +458,13 @@ class AsyncEnvPool(EnvBase):  # type: ignore[misc]
         if cached is None:
             if len(self._index_cache) >= _INDEX_CACHE_SIZE:
                 self._index_cache.clear()
-            cached = NonTensorStack.from_list(list(envs))
+            # NonTensorStack.from_list would make a NonTensorData per env
+            # (30 us each); the stack is of the envs' own, made once.
+            items = self._index_items
+            for env in envs:
+                if items[env] is None:
+                    items[env] = NonTensorData(data=env)
+            cached = NonTensorStack(*[items[env] for env in envs])
             self._index_cache[envs] = cached
         return cached
 
@@ -475,14 +482,31 @@ class AsyncEnvPool(EnvBase):  # type: ignore[misc]
                 out[key] = value
         return out
 
-    def _dense(self, td: rl_td.TensorDict, per_env: int | None = None) -> Any:
+    def _dense(self, td: rl_td.TensorDict, per_env: int | None = None, kept: Any = None) -> Any:
+        """``td`` as a ``TensorDict`` sharing its arrays, with ``"env_index"``;
+        ``kept``: another result's entries (a dict) added where ``td`` has
+        none of that key (``"next"`` and ``"env_index"`` excepted)."""
         data = td._data
-        out = TensorDict._new_unsafe(self._tree(data), batch_size=torch.Size(td.batch_size))
+        tree = self._tree(data)
+        if kept:
+            for key, value in kept.items():
+                if key not in tree and key != "next" and key != self._env_idx_key:
+                    # A nested entry gets its own TensorDict (sharing the
+                    # tensors), so that setting into one leaves the other.
+                    tree[key] = value.copy() if isinstance(value, TensorDictBase) else value
+        batch_size = torch.Size(td.batch_size)
+        envs = data.get("env_index") if per_env is None else None
+        index = None if envs is None else self._index(tuple(envs.reshape(-1).tolist()))
+        if index is not None and batch_size == index.batch_size:
+            # The cached stack, stored as TensorDict.set would store it
+            # (its batch size is the batch's), without set's checks.
+            tree[self._env_idx_key] = index
+            index = None
+        out = TensorDict._new_unsafe(tree, batch_size=batch_size)
         if per_env is not None:
             out.set(self._env_idx_key, NonTensorData(data=per_env))
-        elif "env_index" in data:
-            envs = data["env_index"]
-            out.set(self._env_idx_key, self._index(tuple(envs.reshape(-1).tolist())))
+        elif index is not None:
+            out.set(self._env_idx_key, index)
         return out
 
     def _to_torch(self, batch: Any, per_env: int | None = None) -> Any:
@@ -504,9 +528,7 @@ class AsyncEnvPool(EnvBase):  # type: ignore[misc]
                 wanted = self._input_dtypes.get((*prefix, key) if prefix else key)
                 if wanted is not None and value.dtype != wanted:
                     value = value.to(wanted)
-                if value.device.type != "cpu":
-                    value = value.cpu()
-                out[key] = value.detach().numpy()
+                out[key] = numpy_of(value)
             elif isinstance(value, TensorDictBase) and not getattr(value, "_is_non_tensor", False):
                 if isinstance(value, LazyStackedTensorDict) and value.stack_dim == 0:
                     value = value.contiguous() if _stackable(value) else value
@@ -538,6 +560,8 @@ class AsyncEnvPool(EnvBase):  # type: ignore[misc]
             value = td.get(self._env_idx_key)
             if isinstance(value, torch.Tensor):
                 listed = value.reshape(-1).tolist()
+            elif isinstance(value, NonTensorStack):
+                listed = _stack_values(value)
             elif hasattr(value, "tolist"):
                 listed = value.tolist()
             else:
@@ -616,7 +640,12 @@ class AsyncEnvPool(EnvBase):  # type: ignore[misc]
         """``(result, next_root)`` as TorchRL gives them: the next root also
         carries the result's own root entries (the action, what the caller
         added), as TorchRL's ``step_mdp`` keeps them."""
-        result, root = self._to_torch(result, env), self._to_torch(root, env)
+        result = self._to_torch(result, env)
+        if isinstance(result, TensorDict) and isinstance(root, rl_td.TensorDict):
+            # Dense: the result's root entries go into the next root's dict
+            # as it is built (select and update cost twice the rest).
+            return result, self._dense(root, env, kept=result._tensordict)
+        root = self._to_torch(root, env)
         kept = [k for k in result.keys() if k != "next" and k not in root.keys()]  # noqa: SIM118 (a TensorDict iterates over rows)
         if kept:
             root.update(result.select(*kept))
@@ -761,6 +790,20 @@ def _stackable(td: Any) -> bool:
         )
     except Exception:
         return False
+
+
+def _stack_values(stack: Any) -> Any:
+    """``stack.tolist()`` of a ``NonTensorStack`` of ``NonTensorData``
+    read straight from each one's storage (``tolist`` spends about 14 us
+    per env on attribute lookups); a stack of anything else goes through
+    ``tolist``."""
+    parts = stack.tensordicts
+    try:
+        if all(type(part) is NonTensorData for part in parts):
+            return [part._non_tensordict["data"] for part in parts]
+    except (AttributeError, KeyError):
+        pass
+    return stack.tolist()
 
 
 def _flatten_ints(value: Any, out: list[int]) -> None:

@@ -1,6 +1,7 @@
 """What ``env_makers`` may be: TorchRL envs (instances, their classes, any
 callable returning one, GymEnv), callables returning Gymnasium envs, and
-registered rlpool names; results share memory with the pool's arrays."""
+registered rlpool names; results share memory with the pool's arrays, and
+carry what was sent with them."""
 
 from __future__ import annotations
 
@@ -77,6 +78,38 @@ def test_results_share_the_pools_arrays(make_pool, config, monkeypatch):
     assert tensor.data_ptr() == array.ctypes.data
     tensor += 1
     assert np.array_equal(array, tensor.numpy())
+
+
+def test_next_root_keeps_the_sent_entries(make_pool, config):
+    """step_and_maybe_reset's next root carries the sent entries the envs
+    do not give (the action, the caller's own, nested ones too), as
+    TorchRL's step_mdp keeps them; a nested one is the next root's own
+    TensorDict (sharing the tensors), so setting into it leaves the result."""
+    env = make_pool([CountingEnv] * 2, **config)
+    root = env.reset()
+    root.set("action", torch.ones((2, 1)))
+    root.set(("policy", "hidden"), torch.tensor([[3.0], [4.0]]))
+    out, following = env.step_and_maybe_reset(root)
+    assert following["action"].reshape(-1).tolist() == [1, 1]
+    assert following["policy", "hidden"].reshape(-1).tolist() == [3.0, 4.0]
+    assert list(following["env_index"]) == [0, 1]
+    following.set(("policy", "other"), torch.zeros((2, 1)))
+    assert ("policy", "other") not in out.keys(True)
+    assert following["observation"].reshape(-1).tolist() == [1, 1]
+
+
+def test_a_received_batch_sends_back_to_its_envs(make_pool, config):
+    """A batch received from some envs, sent back as it is (its env_index
+    names the envs), steps those envs and no other."""
+    env = make_pool([CountingEnv] * 4, **config)
+    env.async_reset_send(env_index=[1, 3])
+    got = env.async_reset_recv(min_get=2)
+    assert list(got["env_index"]) == [1, 3]
+    got.set("action", torch.ones((2, 1)))
+    env.async_step_send(got)
+    out = env.async_step_recv(min_get=2)
+    assert list(out["env_index"]) == [1, 3]
+    assert out["next", "observation"].reshape(-1).tolist() == [1, 1]
 
 
 def test_lazy_stacks(make_pool, config):

@@ -98,12 +98,17 @@ SET_SYSTEMS = {
     "core": ["gymnasium", "rlpool", "rlpool-python", "envpool", "pufferlib", "torchrl"],
     "python": ["gymnasium", "rlpool-python", "bound", "pufferlib", "torchrl"],
     "atari": ["gymnasium", "rlpool-python", "bound", "envpool", "ale-py"],
-    "torchrl": ["torchrl", "rlpool-torchrl"],
+    "torchrl": ["torchrl", "rlpool-torchrl", "torchrl-bound"],
 }
 # The venv a system runs in, when not its own: the machine's bound runs the
 # env that rlpool's workers run; ale-py's vector env comes with the ale-py
 # that Gymnasium's AsyncVectorEnv steps.
-VENV_OF = {"bound": "rlpool-python", "ale-py": "gymnasium", "rlpool-torchrl": "torchrl"}
+VENV_OF = {
+    "bound": "rlpool-python",
+    "ale-py": "gymnasium",
+    "rlpool-torchrl": "torchrl",
+    "torchrl-bound": "torchrl",
+}
 
 # The frames of the Pong workload, the same on every system: what all four
 # (rlpool and Gymnasium with Python envs, EnvPool, ale-py's vector env) can
@@ -168,7 +173,8 @@ DESCRIPTIONS["torchrl"][PY_CARTPOLE] = (
 for _system in ("rlpool-python", "gymnasium", "bound"):
     DESCRIPTIONS[_system][PONG] = PONG_IMPL
 DESCRIPTIONS.setdefault("rlpool-torchrl", {})
-for _system in ("torchrl", "rlpool-torchrl"):
+DESCRIPTIONS.setdefault("torchrl-bound", {})
+for _system in ("torchrl", "rlpool-torchrl", "torchrl-bound"):
     DESCRIPTIONS[_system][TORCHRL_CARTPOLE] = "torchrl GymEnv('CartPole-v1') (TorchRL's env)"
     DESCRIPTIONS[_system][TORCHRL_MOCK] = (
         "TrivialEnv, a torchrl EnvBase in anchors.py: a 4-float observation, reward 0, never "
@@ -249,6 +255,16 @@ REAL_CONFIGS = {
     "ale-py": "AtariVectorEnv('pong', num_envs=N, num_threads=min(cores, N), the frames "
     "below); sync: batch_size=N, step(); async: batch_size=N/2, recv() then send() (to the "
     "envs received)",
+    "torchrl-bound": "what no pool can go past on this machine, per configuration of the "
+    "torchrl set: t_env, one TorchRL env's step alone in a plain loop (env.step on actions "
+    "drawn ahead, env.reset when done: what a pool's worker calls), and t_driver, the "
+    "benchmark loop's own work on the actions, the same for both pools (sync: rand_action "
+    "of N envs; async: the received env_index read, N actions drawn, indexed and set, "
+    "timed on a receive of all N envs, its least per env); threads (one GIL: every Python "
+    "line of the loop and of the envs on one core at a time): 1 / (t_env + t_driver / N); "
+    "processes, sync (the driver waits for the batch): N / (t_driver + N t_env / cores); "
+    "processes, async (everything overlaps): min(cores / (t_env + t_driver / N), "
+    "N / t_driver)",
     "bound": "the machine's bound: cores x the env-steps per second of one process stepping "
     "one env in a plain Python loop (actions drawn ahead, reset when done), measured in "
     "rlpool-python's venv (the env rlpool's workers run)",
@@ -782,6 +798,64 @@ def torchrl_pools(env, n, seconds, makers, backends, system="torchrl"):
         yield guarded(system, env, n, config, "async", pool(options, max(n // 2, 1)))
 
 
+def torchrl_bound(env, n, seconds):
+    """The torchrl set's bound for `env` at `n` (REAL_CONFIGS["torchrl-bound"]):
+    one row per configuration of the pools, from the env's step alone and
+    the two loops' own work on the actions (torchrl_pools), timed here."""
+    import torch
+    from tensordict import NonTensorStack, TensorDict
+
+    e = TORCHRL_SET_MAKERS[env]()
+    e.reset()
+    drawn = [e.full_action_spec.rand() for _ in range(256)]
+
+    def step():
+        for action in drawn:
+            out = e.step(action).get("next")
+            if bool(out.get("done")):
+                e.reset()
+        return len(drawn)
+
+    spec = e.full_action_spec.expand(n)
+    root = TensorDict({"done": torch.zeros(n, 1, dtype=torch.bool)}, batch_size=(n,))
+    got = root.clone()
+    got.set("env_index", NonTensorStack(*range(n)))
+
+    def sync_driver():
+        # The sync loop's: rand_action of the N envs.
+        root.update(spec.rand())
+        return 1
+
+    def async_driver():
+        # The async loop's, on a receive of all N envs (its least per env).
+        idx = got.get("env_index")
+        idx = list(idx.tolist() if hasattr(idx, "tolist") else idx)
+        got.update(spec.rand()[idx])
+        return 1
+
+    t_env = 1.0 / timed(step, seconds)
+    t_sync = 1.0 / timed(sync_driver, seconds / 4)
+    t_async = 1.0 / timed(async_driver, seconds / 4)
+    k = cores()
+    figures = {
+        "t_env_us": t_env * 1e6,
+        "t_sync_driver_us": t_sync * 1e6,
+        "t_async_driver_us": t_async * 1e6,
+        "cores": k,
+    }
+    threads, _ = torchrl_options("threading", n)
+    processes, _ = torchrl_options("multiprocessing", n)
+    bounds = {
+        (threads, "sync"): 1.0 / (t_env + t_sync / n),
+        (threads, "async"): 1.0 / (t_env + t_async / n),
+        (processes, "sync"): n / (t_sync + n * t_env / k),
+        (processes, "async"): min(k / (t_env + t_async / n), n / t_async),
+    }
+    for (config, mode), rate in bounds.items():
+        yield row("torchrl-bound", env, n, config, mode, rate, **figures)
+    e.close()
+
+
 def torchrl_set(system):
     """The torchrl set's measurement of `system` (torchrl or rlpool-torchrl):
     the pool over TorchRL envs, threads and processes, sync and async."""
@@ -795,7 +869,11 @@ def torchrl_set(system):
     return measure
 
 
-TORCHRL_SET = {"torchrl": torchrl_set("torchrl"), "rlpool-torchrl": torchrl_set("rlpool-torchrl")}
+TORCHRL_SET = {
+    "torchrl": torchrl_set("torchrl"),
+    "rlpool-torchrl": torchrl_set("rlpool-torchrl"),
+    "torchrl-bound": torchrl_bound,
+}
 
 
 def measure_rlpool_python(env, n, seconds):
@@ -1836,30 +1914,41 @@ def real_comparisons(rows):
 
 def torchrl_comparisons(measurements):
     """For each row of TorchRL's pool in the torchrl set, rlpool.torchrl's
-    rate in the same configuration over it."""
-    ours = {
-        (r["env"], r["num_envs"], r["config"], r["mode"]): r
-        for r in measurements
-        if r["system"] == "rlpool-torchrl" and r["status"] == "ok"
-    }
+    rate in the same configuration over it, and the configuration's bound
+    (torchrl_bound): how far over TorchRL it lets any pool go, and the share
+    of it that rlpool.torchrl reached."""
+
+    def by_config(system):
+        return {
+            (r["env"], r["num_envs"], r["config"], r["mode"]): r
+            for r in measurements
+            if r["system"] == system and r["status"] == "ok"
+        }
+
+    ours, bounds = by_config("rlpool-torchrl"), by_config("torchrl-bound")
     out = []
     for r in measurements:
         if r["system"] != "torchrl" or r["status"] != "ok" or r["env"] not in SETS["torchrl"]:
             continue
-        mine = ours.get((r["env"], r["num_envs"], r["config"], r["mode"]))
+        key = (r["env"], r["num_envs"], r["config"], r["mode"])
+        mine = ours.get(key)
         if mine is None:
             continue
-        out.append(
-            {
-                "env": r["env"],
-                "num_envs": r["num_envs"],
-                "config": r["config"],
-                "mode": r["mode"],
-                "rlpool_steps_per_second": mine["steps_per_second"],
-                "torchrl_steps_per_second": r["steps_per_second"],
-                "ratio": mine["steps_per_second"] / r["steps_per_second"],
-            }
-        )
+        entry = {
+            "env": r["env"],
+            "num_envs": r["num_envs"],
+            "config": r["config"],
+            "mode": r["mode"],
+            "rlpool_steps_per_second": mine["steps_per_second"],
+            "torchrl_steps_per_second": r["steps_per_second"],
+            "ratio": mine["steps_per_second"] / r["steps_per_second"],
+        }
+        bound = bounds.get(key)
+        if bound is not None:
+            entry["bound_steps_per_second"] = bound["steps_per_second"]
+            entry["bound_over_torchrl"] = bound["steps_per_second"] / r["steps_per_second"]
+            entry["share_of_bound"] = mine["steps_per_second"] / bound["steps_per_second"]
+        out.append(entry)
     return out
 
 
@@ -2190,10 +2279,16 @@ def cmd_run(args):
             flush=True,
         )
         for c in doc["torchrl_comparisons"]:
+            bound = (
+                f"; bound {si(c['bound_steps_per_second'])} = {c['bound_over_torchrl']:.1f}x "
+                f"TorchRL, rlpool at {c['share_of_bound']:.0%} of it"
+                if "bound_steps_per_second" in c
+                else ""
+            )
             print(
                 f"  {c['env']}, N = {c['num_envs']}, {c['config']}, {c['mode']}: "
                 f"{si(c['rlpool_steps_per_second'])} / {si(c['torchrl_steps_per_second'])} "
-                f"= {c['ratio']:.1f}x",
+                f"= {c['ratio']:.1f}x{bound}",
                 flush=True,
             )
     if core:
@@ -2264,6 +2359,7 @@ REAL_SYSTEM_ORDER = [
     "pufferlib",
     "torchrl",
     "rlpool-torchrl",
+    "torchrl-bound",
     "envpool",
     "ale-py",
 ]
@@ -2284,6 +2380,7 @@ COLORS = {
     "pufferlib": "tab:purple",
     "torchrl": "tab:orange",
     "rlpool-torchrl": "tab:olive",
+    "torchrl-bound": "black",
 }
 STYLES = ["-", "--", "-."]  # dotted is for the raw loops
 MARKERS = ["o", "s", "^", "D"]
@@ -2475,9 +2572,10 @@ def median_text(values, fmt):
 
 def cmd_spread(args):
     """The figures of several runs (JSON files of `run`): median (min ..
-    max) of each, as Markdown tables: the Python front's (core set), and
+    max) of each, as Markdown tables: the Python front's (core set),
     rlpool's rates and ratios on issue 15's workloads with the goals (the
-    goal judged on the median; how many runs met it)."""
+    goal judged on the median; how many runs met it), and the torchrl set's
+    ratios with their bounds."""
     docs = []
     for path in args.json:
         with open(path) as f:
@@ -2546,6 +2644,43 @@ def cmd_spread(args):
                 f"{against_text(system, config)} ({against}) | "
                 f"{median_text(got['other'], si)} | {ratio} | {goal} |"
             )
+    torchrl_spread(docs)
+
+
+# The torchrl set's figures that `spread` reports: field, column, format.
+TORCHRL_SPREAD = [
+    ("torchrl_steps_per_second", "TorchRL", si),
+    ("rlpool_steps_per_second", "rlpool.torchrl", si),
+    ("ratio", "ratio", lambda x: f"{x:.1f}x"),
+    ("bound_steps_per_second", "bound", si),
+    ("bound_over_torchrl", "bound / TorchRL", lambda x: f"{x:.1f}x"),
+    ("share_of_bound", "rlpool / bound", lambda x: f"{x:.0%}"),
+]
+
+
+def torchrl_spread(docs):
+    """`spread`'s table of the torchrl set (issue 16: the goal is 10x
+    TorchRL at N = 16), one row per configuration."""
+    cells = {}
+    for doc in docs:
+        for e in doc.get("torchrl_comparisons") or []:
+            key = (e["env"], e["num_envs"], e["config"], e["mode"])
+            for field, _, _ in TORCHRL_SPREAD:
+                if e.get(field) is not None:
+                    cells.setdefault(key, {}).setdefault(field, []).append(e[field])
+    if not cells:
+        return
+    print()
+    head = ["env", "N", "config", "mode"] + [name for _, name, _ in TORCHRL_SPREAD]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    modes = {"sync": 0, "async": 1}
+    for key in sorted(cells, key=lambda k: (ENVS.index(k[0]), k[1], k[2], modes.get(k[3], 9))):
+        row_cells = [key[0], str(key[1]), key[2], key[3]]
+        for field, _, fmt in TORCHRL_SPREAD:
+            values = cells[key].get(field, [])
+            row_cells.append(median_text(values, fmt) if values else "-")
+        print("| " + " | ".join(row_cells) + " |")
 
 
 def sets_arg(text):
