@@ -2590,23 +2590,7 @@ def cmd_spread(args):
         )
         + "\n"
     )
-    cells = {}
-    for doc in docs:
-        for e in doc.get("python_front") or []:
-            key = (e["env"], e["num_envs"], e["config"], e["mode"])
-            for field, _, _ in SPREAD:
-                if e.get(field) is not None:
-                    cells.setdefault(key, {}).setdefault(field, []).append(e[field])
-    if cells:
-        head = ["env", "N", "config", "mode"] + [name for _, name, _ in SPREAD]
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        for key in sorted(cells, key=lambda k: (ENVS.index(k[0]), k[1], k[2], k[3])):
-            row_cells = [key[0], str(key[1]), key[2], key[3]]
-            for field, _, fmt in SPREAD:
-                values = cells[key].get(field, [])
-                row_cells.append(median_text(values, fmt) if values else "-")
-            print("| " + " | ".join(row_cells) + " |")
+    if spread_table([d.get("python_front") or [] for d in docs], SPREAD, lambda mode: mode):
         print()
     real = {}
     for doc in docs:
@@ -2661,26 +2645,36 @@ TORCHRL_SPREAD = [
 def torchrl_spread(docs):
     """`spread`'s table of the torchrl set (issue 16: the goal is 10x
     TorchRL at N = 16), one row per configuration."""
+    runs = [d.get("torchrl_comparisons") or [] for d in docs]
+    if any(runs):
+        modes = {"sync": 0, "async": 1}
+        print()
+        spread_table(runs, TORCHRL_SPREAD, lambda mode: modes.get(mode, 9))
+
+
+def spread_table(runs, fields, mode_order):
+    """One Markdown row per (env, N, config, mode) of the entries of
+    `runs` (a list per run), with the median (min .. max) of each of
+    `fields` ((field, column, format)); whether there was any."""
     cells = {}
-    for doc in docs:
-        for e in doc.get("torchrl_comparisons") or []:
+    for entries in runs:
+        for e in entries:
             key = (e["env"], e["num_envs"], e["config"], e["mode"])
-            for field, _, _ in TORCHRL_SPREAD:
+            for field, _, _ in fields:
                 if e.get(field) is not None:
                     cells.setdefault(key, {}).setdefault(field, []).append(e[field])
     if not cells:
-        return
-    print()
-    head = ["env", "N", "config", "mode"] + [name for _, name, _ in TORCHRL_SPREAD]
+        return False
+    head = ["env", "N", "config", "mode"] + [name for _, name, _ in fields]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    modes = {"sync": 0, "async": 1}
-    for key in sorted(cells, key=lambda k: (ENVS.index(k[0]), k[1], k[2], modes.get(k[3], 9))):
+    for key in sorted(cells, key=lambda k: (ENVS.index(k[0]), k[1], k[2], mode_order(k[3]))):
         row_cells = [key[0], str(key[1]), key[2], key[3]]
-        for field, _, fmt in TORCHRL_SPREAD:
+        for field, _, fmt in fields:
             values = cells[key].get(field, [])
             row_cells.append(median_text(values, fmt) if values else "-")
         print("| " + " | ".join(row_cells) + " |")
+    return True
 
 
 def sets_arg(text):
