@@ -199,14 +199,20 @@ def where_am_i() -> SpaceEnv:
 
 
 class ThreadRecorder(SpaceEnv):
-    """A Box env that records the threads it stepped on (``threads``)."""
+    """A Box env that records the threads it stepped on (``threads``: each
+    thread's id and CPU set), and sleeps ``step_s`` in each step (the GIL
+    released, as an env waiting on I/O)."""
 
-    def __init__(self) -> None:
+    def __init__(self, step_s: float = 0.0) -> None:
         super().__init__(box2(), spaces.Discrete(2), episode=1 << 30)
-        self.threads: set[int] = set()
+        self.step_s = step_s
+        self.threads: set[tuple[int, tuple[int, ...]]] = set()
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        self.threads.add(threading.get_ident())
+        cpus = tuple(sorted(os.sched_getaffinity(0)))
+        self.threads.add((threading.get_ident(), cpus))
+        if self.step_s:
+            time.sleep(self.step_s)
         return super().step(action)
 
 

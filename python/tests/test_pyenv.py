@@ -224,24 +224,29 @@ def test_python_envs_on_threads_step_on_one_worker_thread_by_default(pools):
     backend runs them on one worker thread (the caller may help), not one
     per core that would only take turns; ``num_threads`` asks for more, and
     a ``worker_affinity`` list for one per CPU set."""
-    pool = pools([python_envs.ThreadRecorder] * 8, backend="threading")
-    pool.reset()
-    for _ in range(50):
-        pool.step({"action": np.zeros(8, dtype=np.int64)})
-    seen = set().union(*pool.env_get_attr("threads"))
+    caller = threading.get_ident()
+
+    def workers(pool, n, steps):
+        pool.reset()
+        for _ in range(steps):
+            pool.step({"action": np.zeros(n, dtype=np.int64)})
+        seen = set().union(*pool.env_get_attr("threads"))
+        return {(thread, cpus) for thread, cpus in seen if thread != caller}
+
+    quick = pools([python_envs.ThreadRecorder] * 8, backend="threading")
     # One worker thread (none, had the caller run every step itself).
-    assert len(seen - {threading.get_ident()}) <= 1, seen
-    pool = pools([python_envs.ThreadRecorder] * 8, backend="threading", num_threads=2)
-    pool.reset()
-    pool.step({"action": np.zeros(8, dtype=np.int64)})
+    assert len(workers(quick, 8, 50)) <= 1
+    # Envs of 1 ms (the caller does not help with those) that sleep with the
+    # GIL released: as many worker threads as asked for, each of them used.
+    slow = functools.partial(python_envs.ThreadRecorder, step_s=0.001)
+    assert len(workers(pools([slow] * 8, backend="threading"), 8, 10)) == 1
+    two = pools([slow] * 8, backend="threading", num_threads=2)
+    assert len(workers(two, 8, 10)) == 2
     cpus = sorted(os.sched_getaffinity(0))[:2]
-    pool = pools(
-        [python_envs.ThreadRecorder] * 4,
-        backend="threading",
-        worker_affinity=[[cpu] for cpu in cpus],
-    )
-    pool.reset()
-    pool.step({"action": np.zeros(4, dtype=np.int64)})
+    pinned = pools([slow] * 4, backend="threading", worker_affinity=[[cpu] for cpu in cpus])
+    seen = workers(pinned, 4, 10)
+    assert len(seen) == len(cpus), seen
+    assert sorted(set_ for _, set_ in seen) == [(cpu,) for cpu in cpus], seen
 
 
 def test_a_maker_in_a_module_found_through_sys_path_only(pools, tmp_path, monkeypatch):
