@@ -751,6 +751,16 @@ def torchrl_options(backend, n):
     return config, options
 
 
+def draw_for_received(got, spec):
+    """The async loop's actions: for the envs of `got` (a received batch,
+    with "env_index"), actions drawn from the pool's `spec` and set into
+    it. Returns how many envs it holds."""
+    idx = got.get("env_index")
+    idx = list(idx.tolist() if hasattr(idx, "tolist") else idx)
+    got.update(spec.rand()[idx])
+    return len(idx)
+
+
 def torchrl_pools(env, n, seconds, makers, backends, system="torchrl"):
     """TorchRL's AsyncEnvPool (or, for system rlpool-torchrl,
     rlpool.torchrl.AsyncEnvPool, with the same options) over `makers`: for
@@ -778,11 +788,9 @@ def torchrl_pools(env, n, seconds, makers, backends, system="torchrl"):
                     def step():
                         # recv gives (results, next roots), both with "env_index".
                         _, got = p.async_step_and_maybe_reset_recv(min_get=min_get)
-                        idx = got.get("env_index")
-                        idx = list(idx.tolist() if hasattr(idx, "tolist") else idx)
-                        got.update(p.full_action_spec.rand()[idx])
+                        received = draw_for_received(got, p.full_action_spec)
                         p.async_step_and_maybe_reset_send(got)
-                        return len(idx)
+                        return received
 
                 rate, extra = timed_per_call(step, seconds)
                 extra["options"] = {k: v for k, v in options.items() if k != "backend"}
@@ -828,9 +836,7 @@ def torchrl_bound(env, n, seconds):
 
     def async_driver():
         # The async loop's, on a receive of all N envs (its least per env).
-        idx = got.get("env_index")
-        idx = list(idx.tolist() if hasattr(idx, "tolist") else idx)
-        got.update(spec.rand()[idx])
+        draw_for_received(got, spec)
         return 1
 
     t_env = 1.0 / timed(step, seconds)
