@@ -26,7 +26,7 @@ use envs::{Env, EnvError, EnvSpecs};
 use pool_core::{lock, peek_cells, BatchRows, Output, Phases, Signal};
 use tensordict::TensorDict;
 
-use crate::queue::{Job, WorkQueue};
+use crate::queue::WorkQueue;
 use crate::ThreadError;
 
 use self::cell::{sync_root, Cell};
@@ -97,10 +97,11 @@ impl Shared {
 }
 
 /// Envs stepped by worker threads. Each env lives in a slot; a send copies
-/// the env's input into the slot and queues the env; a worker takes queued
-/// envs one at a time, runs each, and publishes its result in the slot at
-/// once (a result never waits for another env's step, and an env queued
-/// behind a long step is taken by another worker); the owner takes the
+/// the env's input into the slot and queues the env (a chunk of envs per
+/// worker); a worker claims queued envs one at a time, runs each, and
+/// publishes its result in a short run (a result never waits long for
+/// another env's step, and an env queued behind a long step is claimed by
+/// another worker); the owner takes the
 /// result out. An env is stepped by one worker at a time.
 ///
 /// This type does the work; the pool's semantics (busy envs, targets,
@@ -227,18 +228,11 @@ impl ThreadBackend {
             // queue's lock); nothing else of the env's is written by a send.
             self.shared.phases.queue(env);
         }
-        // The jobs go straight into the workers' queues.
+        // The jobs go straight into the workers' queues, a chunk per worker.
         let shared_src = src.map(|src| Arc::new(src.clone()));
-        self.shared.queue.push_all(jobs.iter().map(|&(env, row)| {
-            Job {
-                env,
-                op,
-                input: shared_src
-                    .as_ref()
-                    .filter(|_| takes_input(env))
-                    .map(|src| (Arc::clone(src), row)),
-            }
-        }));
+        self.shared
+            .queue
+            .push_jobs(op, shared_src, jobs, takes_input);
         Ok(())
     }
 

@@ -3,10 +3,10 @@
 //!
 //! Each env lives in a slot with buffers built once from its specs (its
 //! inputs, its `"next"` outputs, its reset root). A send checks the inputs
-//! and queues the envs with them, each in the queue of the worker whose
-//! block of envs it belongs to (so an env stays on one thread); a worker
-//! takes the envs of its queue one at a time (when it is empty, it moves
-//! half of another's into its own first), copies the env's inputs into its
+//! and queues the envs with them, a chunk in the queue of each worker whose
+//! block of envs they belong to (so an env stays on one thread); a worker
+//! claims the envs of its chunks one at a time (when its queue is empty,
+//! from the back of another's), copies the env's inputs into its
 //! slot, runs `reset_into` / `step_into`, catches any panic, and publishes
 //! the result in its slot at once, so that no result waits for another
 //! env's step and no queued env waits behind one (with

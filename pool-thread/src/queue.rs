@@ -1,14 +1,18 @@
-//! `WorkQueue`: the env tasks that worker threads pull, a chunk at a time.
+//! `WorkQueue`: the env tasks that worker threads pull, in chunks.
 //!
-//! Each worker has a queue of its own for a block of envs (its home envs),
-//! so that an env is stepped by the same thread step after step and its
-//! buffers stay in that core's cache; a worker whose queue is empty takes
-//! work from the others' (from the back), so that no worker idles while
-//! another has a backlog.
+//! A send hands each worker one [`Chunk`]: the op, the sent tensordict and
+//! the jobs of that worker's envs (its home envs, a block in order, so
+//! that an env is stepped by the same thread step after step and its
+//! buffers stay in that core's cache). The chunk is queued once; its jobs
+//! are claimed one at a time through one atomic word (the front by its
+//! worker, the back by a worker whose own queue is empty, or by a helping
+//! receiver), so that a job nobody started stays takeable by anyone while
+//! the chunk's worker is inside a long step, and no job costs a lock or a
+//! reference count of its own.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use smallvec::SmallVec;
 use tensordict::TensorDict;
@@ -16,39 +20,160 @@ use tensordict::TensorDict;
 use crate::Op;
 use pool_core::{lock, Signal};
 
-/// One env's task: what to run and where its input is (the worker copies
-/// it into the env's input buffer, so that a send copies nothing).
-#[derive(Debug)]
-pub(crate) struct Job {
+/// One env's task, borrowed from its chunk: what to run and where its
+/// input is (the worker copies it into the env's input buffer, so that a
+/// send copies nothing).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Job<'a> {
     /// The env.
     pub(crate) env: usize,
     /// What to run.
     pub(crate) op: Op,
     /// The sent tensordict (checked by the send) and the env's row of it
     /// (`None`: all of it), when the env takes an input.
-    pub(crate) input: Option<(Arc<TensorDict>, Option<usize>)>,
+    pub(crate) input: Option<(&'a TensorDict, Option<usize>)>,
 }
 
-/// Env tasks waiting for a worker, one queue per worker, and the signal
-/// workers sleep on.
+/// The jobs of one send for one worker's envs, claimed one at a time.
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    op: Op,
+    /// The sent tensordict, shared by every chunk of the send.
+    src: Option<Arc<TensorDict>>,
+    /// Per job: the env, its row of `src`, and whether it takes an input.
+    jobs: Box<[(usize, Option<usize>, bool)]>,
+    /// The jobs not claimed yet, `front..back`: the front in the low 32
+    /// bits, the back in the high 32. Claims move either end inward with
+    /// one compare-and-swap; the chunk is spent once they meet.
+    span: AtomicU64,
+}
+
+/// Packs `front..back` into a span word.
+fn span(front: u32, back: u32) -> u64 {
+    u64::from(back) << 32 | u64::from(front)
+}
+
+/// Unpacks a span word into `(front, back)`.
+fn unspan(word: u64) -> (u32, u32) {
+    // Truncation intended: the two halves of the word.
+    (word as u32, (word >> 32) as u32)
+}
+
+impl Chunk {
+    /// A chunk of `jobs` (env, row, takes an input) of `op`, with the sent
+    /// tensordict `src`.
+    ///
+    /// # Panics
+    /// If there are more than `u32::MAX` jobs.
+    pub(crate) fn new(
+        op: Op,
+        src: Option<Arc<TensorDict>>,
+        jobs: Box<[(usize, Option<usize>, bool)]>,
+    ) -> Chunk {
+        let len = u32::try_from(jobs.len()).expect("fewer than 2^32 jobs in a chunk");
+        Chunk {
+            op,
+            src,
+            jobs,
+            span: AtomicU64::new(span(0, len)),
+        }
+    }
+
+    /// Job `index` of the chunk.
+    pub(crate) fn job(&self, index: usize) -> Job<'_> {
+        let (env, row, takes_input) = self.jobs[index];
+        Job {
+            env,
+            op: self.op,
+            input: match &self.src {
+                Some(src) if takes_input => Some((&**src, row)),
+                _ => None,
+            },
+        }
+    }
+
+    /// The env of job `index`.
+    #[cfg(test)]
+    fn env(&self, index: usize) -> usize {
+        self.jobs[index].0
+    }
+
+    /// Claims up to `max` jobs from the front (`from_back` false) or the
+    /// back; returns their indices, `None` if the chunk is spent.
+    fn claim(&self, max: u32, from_back: bool) -> Option<std::ops::Range<usize>> {
+        // Relaxed: the jobs are immutable from the chunk's making, which
+        // the queue's lock published; the word only divides them.
+        let mut word = self.span.load(Ordering::Relaxed);
+        loop {
+            let (front, back) = unspan(word);
+            if front >= back {
+                return None;
+            }
+            let take = (back - front).min(max.max(1));
+            let (new, range) = if from_back {
+                (span(front, back - take), back - take..back)
+            } else {
+                (span(front + take, back), front..front + take)
+            };
+            match self
+                .span
+                .compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(range.start as usize..range.end as usize),
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// Whether every job has been claimed.
+    #[cfg(test)]
+    fn is_spent(&self) -> bool {
+        let (front, back) = unspan(self.span.load(Ordering::Relaxed));
+        front >= back
+    }
+}
+
+/// A claimed job: its chunk and its index there. `own` is true when the
+/// worker claimed it from the front of its own current chunk, which it
+/// keeps for its next claim.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    pub(crate) chunk: Arc<Chunk>,
+    pub(crate) index: usize,
+    pub(crate) own: bool,
+}
+
+impl Claim {
+    /// The claimed job.
+    pub(crate) fn job(&self) -> Job<'_> {
+        self.chunk.job(self.index)
+    }
+}
+
+/// A run of jobs of one chunk claimed at once (by a helping receiver).
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    pub(crate) chunk: Arc<Chunk>,
+    pub(crate) range: std::ops::Range<usize>,
+}
+
+/// Chunks of env tasks waiting for a worker, one queue per worker, and the
+/// signal workers sleep on.
 ///
-/// A worker takes its jobs one at a time ([`WorkQueue::pop`]): the jobs it
-/// has not started stay in its queue, where another worker (or a helping
-/// receiver) can take them while it is inside a long env step. A worker
-/// whose queue is empty moves half of another's (from the back) into its
-/// own, so a backlog is shared in few steals and stays stealable.
+/// A worker claims its jobs one at a time ([`WorkQueue::pop`]) from the
+/// front of the first chunk of its own queue: the jobs it has not started
+/// stay in the chunk, where another worker (or a helping receiver) claims
+/// them from the back while it is inside a long env step. A chunk stays
+/// queued until it is spent.
 #[derive(Debug)]
 pub(crate) struct WorkQueue {
-    queues: Vec<Mutex<VecDeque<Job>>>,
+    queues: Vec<Mutex<VecDeque<Arc<Chunk>>>>,
     /// Per env: the worker whose queue it goes to (envs in blocks, in
     /// order), looked up rather than divided out on every push.
     homes: Box<[u16]>,
     pushed: Signal,
     stop: AtomicBool,
 }
-
-/// The most envs one steal moves from another worker's queue.
-pub(crate) const MAX_STEAL: usize = 64;
 
 /// The most envs a helping receiver runs in one call: it returns to its
 /// receive between calls (to see a failure, a shutdown, or that its batch
@@ -81,89 +206,130 @@ impl WorkQueue {
             .map_or(self.queues.len() - 1, |&home| usize::from(home))
     }
 
-    /// Queues jobs (each in its env's home queue) and wakes the workers.
-    pub(crate) fn push_all(&self, jobs: impl IntoIterator<Item = Job>) {
-        {
-            // Every queue locked once, in order (nobody else holds two).
-            let mut queues: Vec<MutexGuard<'_, VecDeque<Job>>> =
-                self.queues.iter().map(lock).collect();
-            for job in jobs {
-                let home = self.home(job.env);
-                queues[home].push_back(job);
-            }
+    /// Queues `jobs` (env, row of `src`) of `op`: each run of consecutive
+    /// jobs whose envs share a home queue becomes one chunk there (one per
+    /// worker for a send in env order), `takes_input(env)` saying whether
+    /// the env is given its row; then wakes the workers.
+    pub(crate) fn push_jobs(
+        &self,
+        op: Op,
+        src: Option<Arc<TensorDict>>,
+        jobs: &[(usize, Option<usize>)],
+        takes_input: impl Fn(usize) -> bool,
+    ) {
+        let mut start = 0;
+        while start < jobs.len() {
+            let home = self.home(jobs[start].0);
+            let end = jobs[start..]
+                .iter()
+                .position(|&(env, _)| self.home(env) != home)
+                .map_or(jobs.len(), |len| start + len);
+            let chunk = jobs[start..end]
+                .iter()
+                .map(|&(env, row)| (env, row, takes_input(env)))
+                .collect();
+            let chunk = Arc::new(Chunk::new(op, src.clone(), chunk));
+            lock(&self.queues[home]).push_back(chunk);
+            start = end;
         }
         self.pushed.notify();
     }
 
-    /// Takes the next job of worker `worker` without waiting: the front of
-    /// its own queue; if that is empty, half of another's (from the back,
-    /// at most [`MAX_STEAL`]) moved into its own first. `None` if every
-    /// queue is empty or the queue is stopped.
-    pub(crate) fn try_pop(&self, worker: usize) -> Option<Job> {
+    /// Claims the next job of worker `worker` without waiting: the front
+    /// of `current` (the chunk of its last own claim), else of the first
+    /// chunk of its own queue that has any, else the back of another
+    /// queue's last. `None` if nothing is queued or the queue is stopped.
+    /// A claim of its own leaves its chunk for `current`.
+    pub(crate) fn try_pop(&self, worker: usize, current: &mut Option<Arc<Chunk>>) -> Option<Claim> {
         if self.stop.load(Ordering::Acquire) {
             return None;
         }
+        if let Some(chunk) = current.take() {
+            if let Some(claimed) = chunk.claim(1, false) {
+                return Some(Claim {
+                    chunk,
+                    index: claimed.start,
+                    own: true,
+                });
+            }
+        }
         let n = self.queues.len();
         let own = worker % n;
-        if let Some(job) = lock(&self.queues[own]).pop_front() {
-            return Some(job);
+        {
+            let mut queue = lock(&self.queues[own]);
+            while let Some(front) = queue.front() {
+                if let Some(claimed) = front.claim(1, false) {
+                    return Some(Claim {
+                        chunk: Arc::clone(front),
+                        index: claimed.start,
+                        own: true,
+                    });
+                }
+                queue.pop_front();
+            }
         }
         for i in 1..n {
-            let victim = (own + i) % n;
-            let mut stolen: VecDeque<Job> = {
-                let mut queue = lock(&self.queues[victim]);
-                let len = queue.len();
-                if len == 0 {
-                    continue;
+            let mut queue = lock(&self.queues[(own + i) % n]);
+            while let Some(back) = queue.back() {
+                if let Some(claimed) = back.claim(1, true) {
+                    return Some(Claim {
+                        chunk: Arc::clone(back),
+                        index: claimed.start,
+                        own: false,
+                    });
                 }
-                let take = len.div_ceil(2).min(MAX_STEAL);
-                queue.split_off(len - take)
-            };
-            // The first stolen job is run now, the others wait in this
-            // worker's queue, where anyone can take them. (One lock at a
-            // time: the victim's is released first.)
-            let first = stolen.pop_front();
-            if !stolen.is_empty() {
-                lock(&self.queues[own]).extend(stolen);
-                // A worker that looked while these jobs were in neither
-                // queue may have gone to sleep: they are takeable again.
-                self.pushed.notify();
+                queue.pop_back();
             }
-            return first;
         }
         None
     }
 
-    /// Takes up to `max` jobs from the back of the first queue that has
-    /// any, under one lock, into `out` (for a helping receiver, which must
+    /// Claims up to `max` jobs from the back of the first queue that has
+    /// any, under its lock, into `out` (for a helping receiver, which must
     /// wait for every one of them anyway: nobody else waits on the jobs it
-    /// holds). Returns how many it took.
-    pub(crate) fn take_any(&self, max: usize, out: &mut SmallVec<[Job; HELP_CHUNK]>) -> usize {
+    /// holds). Returns how many it claimed.
+    pub(crate) fn take_any(&self, max: usize, out: &mut SmallVec<[Claimed; 2]>) -> usize {
         if self.stop.load(Ordering::Acquire) {
             return 0;
         }
+        let mut taken = 0;
         for queue in &self.queues {
             let mut queue = lock(queue);
-            let take = queue.len().min(max);
-            if take > 0 {
-                let len = queue.len();
-                out.extend(queue.drain(len - take..));
-                return take;
+            while taken < max {
+                let Some(back) = queue.back() else {
+                    break;
+                };
+                let left = u32::try_from(max - taken).unwrap_or(u32::MAX);
+                match back.claim(left, true) {
+                    Some(range) => {
+                        taken += range.len();
+                        out.push(Claimed {
+                            chunk: Arc::clone(back),
+                            range,
+                        });
+                    }
+                    None => {
+                        queue.pop_back();
+                    }
+                }
+            }
+            if taken > 0 {
+                return taken;
             }
         }
         0
     }
 
-    /// Takes the next job of worker `worker`, as [`WorkQueue::try_pop`].
+    /// Claims the next job of worker `worker`, as [`WorkQueue::try_pop`].
     /// Waits while every queue is empty; `None` once the queue is stopped.
-    pub(crate) fn pop(&self, worker: usize) -> Option<Job> {
+    pub(crate) fn pop(&self, worker: usize, current: &mut Option<Arc<Chunk>>) -> Option<Claim> {
         loop {
             let seen = self.pushed.generation();
             if self.stop.load(Ordering::Acquire) {
                 return None;
             }
-            if let Some(job) = self.try_pop(worker) {
-                return Some(job);
+            if let Some(claim) = self.try_pop(worker, current) {
+                return Some(claim);
             }
             // Sleeps until something is pushed or the queue is stopped; no
             // deadline: an idle worker has nothing else to do.
@@ -171,11 +337,13 @@ impl WorkQueue {
         }
     }
 
-    /// Whether worker `worker`'s own queue is empty (its next
-    /// [`WorkQueue::pop`] would steal or wait).
+    /// Whether worker `worker`'s own queue has no job left to claim (its
+    /// next [`WorkQueue::pop`] would steal or wait).
     #[cfg(test)]
     pub(crate) fn own_is_empty(&self, worker: usize) -> bool {
-        lock(&self.queues[worker % self.queues.len()]).is_empty()
+        lock(&self.queues[worker % self.queues.len()])
+            .iter()
+            .all(|chunk| chunk.is_spent())
     }
 
     /// Stops the queue: workers return from `pop` (queued jobs are left).
@@ -190,56 +358,114 @@ impl WorkQueue {
 mod tests {
     use super::*;
 
-    fn job(env: usize) -> Job {
-        Job {
-            env,
-            op: Op::Reset,
-            input: None,
+    /// Resets of envs `envs` (no input), queued.
+    fn push(queue: &WorkQueue, envs: std::ops::Range<usize>) {
+        let jobs: Vec<(usize, Option<usize>)> = envs.map(|env| (env, None)).collect();
+        queue.push_jobs(Op::Reset, None, &jobs, |_| false);
+    }
+
+    /// The env of the next job worker `worker` claims (its current chunk
+    /// kept as a worker keeps it).
+    fn pop(queue: &WorkQueue, worker: usize, current: &mut Option<Arc<Chunk>>) -> Option<usize> {
+        let claim = queue.try_pop(worker, current)?;
+        let env = claim.chunk.env(claim.index);
+        if claim.own {
+            *current = Some(claim.chunk);
         }
+        Some(env)
+    }
+
+    fn envs(claimed: &[Claimed]) -> Vec<usize> {
+        claimed
+            .iter()
+            .flat_map(|c| c.range.clone().map(|i| c.chunk.env(i)))
+            .collect()
     }
 
     #[test]
-    fn workers_take_their_own_envs_first_then_steal_half_from_the_back() {
+    fn workers_take_their_own_envs_first_then_claim_from_the_back_of_others() {
         let queue = WorkQueue::new(2, 8);
-        queue.push_all((0..8).map(job));
-        let pop = |worker| queue.try_pop(worker).map(|j| j.env);
-        assert_eq!(pop(1), Some(4));
-        assert_eq!(pop(1), Some(5));
-        assert_eq!(pop(1), Some(6));
-        assert_eq!(pop(1), Some(7));
-        // Its own queue is empty: half of worker 0's (2, 3) moves over, 2
-        // runs now and 3 stays stealable in worker 1's queue.
-        assert_eq!(pop(1), Some(2));
-        assert!(!queue.own_is_empty(1));
+        push(&queue, 0..8);
+        let (mut w0, mut w1) = (None, None);
+        for env in 4..8 {
+            assert_eq!(pop(&queue, 1, &mut w1), Some(env));
+        }
+        // Its own chunk is spent: it claims worker 0's last job, one at a
+        // time, and a helper the ones before it.
+        assert_eq!(pop(&queue, 1, &mut w1), Some(3));
+        assert!(queue.own_is_empty(1));
         let mut helped = SmallVec::new();
         assert_eq!(queue.take_any(1, &mut helped), 1);
-        assert_eq!(helped[0].env, 1);
-        assert_eq!(pop(0), Some(0));
-        // Worker 0 steals worker 1's last one.
-        assert_eq!(pop(0), Some(3));
-        assert_eq!(pop(0), None);
+        assert_eq!(envs(&helped), vec![2]);
+        assert_eq!(pop(&queue, 0, &mut w0), Some(0));
+        assert_eq!(pop(&queue, 0, &mut w0), Some(1));
+        assert_eq!(pop(&queue, 0, &mut w0), None);
+        assert_eq!(pop(&queue, 1, &mut w1), None);
         assert_eq!(queue.take_any(HELP_CHUNK, &mut SmallVec::new()), 0);
         queue.stop();
-        assert!(queue.pop(0).is_none());
+        assert!(queue.pop(0, &mut w0).is_none());
     }
 
     /// The jobs a worker has not started stay where others can take them:
-    /// a worker takes one job at a time, so while it runs one, another
-    /// worker (or a helper) takes the rest of its queue.
+    /// a worker claims one job at a time, so while it runs one, another
+    /// worker (or a helper) claims the rest of its chunk.
     #[test]
-    fn a_busy_workers_queue_stays_stealable() {
+    fn a_busy_workers_chunk_stays_claimable() {
         let queue = WorkQueue::new(2, 16);
-        queue.push_all((0..8).map(job));
-        assert_eq!(queue.try_pop(0).map(|j| j.env), Some(0));
-        // Worker 0 is "inside" env 0: worker 1 takes half of the rest, and
-        // then the rest of that, and a helper the remainder.
-        let mut taken: Vec<usize> = std::iter::from_fn(|| queue.try_pop(1).map(|j| j.env))
+        push(&queue, 0..8);
+        let mut w0 = None;
+        assert_eq!(pop(&queue, 0, &mut w0), Some(0));
+        // Worker 0 is "inside" env 0: worker 1 claims four from the back,
+        // and a helper the rest.
+        let mut w1 = None;
+        let mut taken: Vec<usize> = std::iter::from_fn(|| pop(&queue, 1, &mut w1))
             .take(4)
             .collect();
+        assert_eq!(taken, vec![7, 6, 5, 4]);
         let mut helped = SmallVec::new();
         while queue.take_any(2, &mut helped) > 0 {}
-        taken.extend(helped.iter().map(|j| j.env));
+        taken.extend(envs(&helped));
         taken.sort_unstable();
         assert_eq!(taken, (1..8).collect::<Vec<_>>());
+        assert_eq!(pop(&queue, 0, &mut w0), None);
+    }
+
+    /// A send out of env order makes one chunk per run of envs of one home;
+    /// every job is claimed once, with its row and input.
+    #[test]
+    fn jobs_out_of_order_make_one_chunk_per_run_of_a_home() {
+        let queue = WorkQueue::new(2, 8);
+        let src = Arc::new(TensorDict::new(&[4]));
+        let jobs = [(6, Some(0)), (1, Some(1)), (2, Some(2)), (7, Some(3))];
+        queue.push_jobs(Op::Step, Some(src), &jobs, |env| env != 2);
+        let mut w0 = None;
+        let mut seen = Vec::new();
+        while let Some(claim) = queue.try_pop(0, &mut w0) {
+            let job = claim.job();
+            seen.push((job.env, job.input.map(|(_, row)| row)));
+            if claim.own {
+                w0 = Some(claim.chunk);
+            }
+        }
+        assert_eq!(
+            seen,
+            vec![
+                (1, Some(Some(1))),
+                (2, None),
+                (7, Some(Some(3))),
+                (6, Some(Some(0)))
+            ]
+        );
+    }
+
+    /// Claims from both ends meet without a job claimed twice.
+    #[test]
+    fn claims_from_both_ends_meet() {
+        let chunk = Chunk::new(Op::Reset, None, (0..5).map(|e| (e, None, false)).collect());
+        assert_eq!(chunk.claim(1, false), Some(0..1));
+        assert_eq!(chunk.claim(3, true), Some(2..5));
+        assert_eq!(chunk.claim(8, false), Some(1..2));
+        assert!(chunk.is_spent());
+        assert_eq!(chunk.claim(1, true), None);
     }
 }

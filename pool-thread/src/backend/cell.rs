@@ -60,14 +60,14 @@ pub(super) fn sync_root(env: usize, cell: &mut Cell) -> bool {
 /// sent tensordict. An input that cannot be copied (the send checked it, so
 /// only if the env changed its input buffer's keys) is the env's error.
 /// Returns whether it failed.
-pub(super) fn prepare(job: &Job, cell: &mut Cell) -> bool {
+pub(super) fn prepare(job: &Job<'_>, cell: &mut Cell) -> bool {
     cell.op = job.op;
     cell.reset_with_input = false;
-    let Some((src, row)) = &job.input else {
+    let Some((src, row)) = job.input else {
         return false;
     };
     cell.reset_with_input = job.op == Op::Reset;
-    match copy_input(src, *row, &mut cell.runner.input) {
+    match copy_input(src, row, &mut cell.runner.input) {
         Ok(()) => false,
         Err(source) => {
             cell.error = Some(ThreadError::Input {

@@ -38,11 +38,14 @@ impl ThreadBackend {
         let mut jobs = SmallVec::new();
         let ran = self.shared.queue.take_any(HELP_CHUNK, &mut jobs);
         let mut done = Held::new();
-        for job in &jobs {
-            timing.start(job.op);
-            let failed = run_only(&self.shared, job);
-            timing.ran(&self.shared.env_nanos);
-            done.push((job.env, failed));
+        for claimed in &jobs {
+            for index in claimed.range.clone() {
+                let job = claimed.chunk.job(index);
+                timing.start(job.op);
+                let failed = run_only(&self.shared, &job);
+                timing.ran(&self.shared.env_nanos);
+                done.push((job.env, failed));
+            }
         }
         // The run ends here (the helper returns to its receive); its
         // results are published together.

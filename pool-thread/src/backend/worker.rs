@@ -17,10 +17,10 @@ use tensordict::TensorDict;
 
 use super::cell::{prepare, run_cell, sync_root, Cell};
 use super::Shared;
-use crate::queue::Job;
+use crate::queue::{Chunk, Job};
 
-/// A worker: takes its envs one at a time (the others stay in its queue,
-/// where another worker or a helping receiver can take them), runs each,
+/// A worker: claims its envs one at a time from its chunk (the others stay
+/// there, where another worker or a helping receiver can claim them), runs each,
 /// and publishes the results of quick envs in runs: about `PUBLISH_RUN` of
 /// stepping, at most `PUBLISH_RUN_ENVS` envs, their batch rows written under
 /// one lock and one count on the receivers' signal; and whenever its queue
@@ -30,30 +30,37 @@ use crate::queue::Job;
 /// longer than `RESCUE_AFTER` plus a receiver's nap (`RECEIVER_RESCAN`).
 pub(super) fn worker_loop(shared: &Shared, worker: usize) {
     let mut timing = StepTiming::new();
+    // The chunk of the worker's last own claim, claimed from without a lock.
+    let mut current: Option<std::sync::Arc<Chunk>> = None;
     loop {
-        let job = match shared.queue.try_pop(worker) {
-            Some(job) => job,
+        let claim = match shared.queue.try_pop(worker, &mut current) {
+            Some(claim) => claim,
             None => {
                 // Nothing queued: the results held are published, and the
                 // run of steps ends, before the wait.
                 publish(shared, worker, &mut lock(&shared.held[worker]));
                 timing.end(&shared.env_nanos);
-                match shared.queue.pop(worker) {
-                    Some(job) => job,
+                match shared.queue.pop(worker, &mut current) {
+                    Some(claim) => claim,
                     None => return,
                 }
             }
         };
+        let job = claim.job();
         timing.start(job.op);
         let failed = run_only(shared, &job);
         timing.ran(&shared.env_nanos);
+        let env = job.env;
+        if claim.own {
+            current = Some(claim.chunk);
+        }
         let run = run_envs(shared);
         let mut held = lock(&shared.held[worker]);
         if held.is_empty() {
             // Relaxed: a hint for receivers, who read `held` under its lock.
             shared.held_since[worker].store(shared.now() + 1, Ordering::Relaxed);
         }
-        held.push((job.env, failed));
+        held.push((env, failed));
         if held.len() >= run {
             publish(shared, worker, &mut held);
         }
@@ -185,7 +192,7 @@ pub(super) fn publish_run(shared: &Shared, held: &mut Held) {
 
 /// Runs one env (its input copied in first) under its cell's lock, for a
 /// worker's run; returns whether it failed. Publishing is [`publish`]'s.
-pub(super) fn run_only(shared: &Shared, job: &Job) -> bool {
+pub(super) fn run_only(shared: &Shared, job: &Job<'_>) -> bool {
     let mut cell = lock(&shared.cells[job.env]);
     prepare(job, &mut cell) || run_cell(job.env, &mut cell)
 }
