@@ -7,12 +7,13 @@
 //! Run: `cargo run --release -p pool --example profile_pool -- sync 64 1000`
 //! (`raw`, `sync`, `sync_samr`, `async`, `async_step`; env count;
 //! iterations; env name, default `CartPole-v1`; `LatencyEnv` spins 50 us a
-//! step). Prints the wall-clock time per env-step too.
+//! step; worker threads, default one per core). Prints the wall-clock time
+//! per env-step too.
 
 use std::time::Instant;
 
 use envs::Kwargs;
-use pool::{AsyncEnvPool, Recv, Target};
+use pool::{AsyncEnvPool, Backend, Recv, Target, ThreadOptions};
 use tensordict::{Tensor, TensorDict};
 
 #[path = "../benches/common/raw.rs"]
@@ -36,9 +37,14 @@ fn kwargs(name: &str) -> Kwargs {
     }
 }
 
-fn pool_of(name: &str, n: usize) -> AsyncEnvPool {
+fn pool_of(name: &str, n: usize, threads: Option<usize>) -> AsyncEnvPool {
+    let options = match threads {
+        Some(threads) => ThreadOptions::default().threads(threads),
+        None => ThreadOptions::default(),
+    };
     let pool = AsyncEnvPool::builder()
         .registered_n(name, n, kwargs(name))
+        .backend(Backend::Threading(options))
         .build()
         .expect("a pool of reference envs");
     pool.reset(None).expect("reset");
@@ -51,6 +57,7 @@ fn main() {
     let n: usize = args.get(1).map_or(64, |s| s.parse().expect("env count"));
     let iters: usize = args.get(2).map_or(1000, |s| s.parse().expect("iterations"));
     let name = args.get(3).map_or("CartPole-v1", String::as_str);
+    let threads: Option<usize> = args.get(4).map(|s| s.parse().expect("worker threads"));
     let start;
     let steps;
     match mode {
@@ -63,7 +70,7 @@ fn main() {
             steps = iters * n;
         }
         "sync" => {
-            let pool = pool_of(name, n);
+            let pool = pool_of(name, n, threads);
             let td = actions(n);
             start = Instant::now();
             for i in 1..=iters {
@@ -76,7 +83,7 @@ fn main() {
             steps = iters * n;
         }
         "sync_samr" => {
-            let pool = pool_of(name, n);
+            let pool = pool_of(name, n, threads);
             let td = actions(n);
             start = Instant::now();
             for _ in 0..iters {
@@ -86,7 +93,7 @@ fn main() {
             steps = iters * n;
         }
         "async" | "async_step" => {
-            let pool = pool_of(name, n);
+            let pool = pool_of(name, n, threads);
             let half = n / 2;
             let recv = Recv::new().min_get(half).max_get(half);
             let half_actions = actions(half);

@@ -247,13 +247,17 @@ impl Tensor {
     /// if the storage is shared (copy on write).
     fn make_unique(&mut self) {
         // The storage is never shared through a `Weak`, so a strong count of
-        // one means no other tensor can see it: a plain load, where
-        // `Arc::get_mut` (below, once) pays an atomic compare-and-swap.
+        // one means no other tensor can see it.
         if Arc::strong_count(&self.storage) != 1 {
             let mut storage = Storage::zeroed(self.nbytes);
             storage.bytes_mut()[..self.nbytes].copy_from_slice(self.as_bytes());
             self.storage = Arc::new(storage);
             self.offset = 0;
+        } else {
+            // Acquire: pairs with the Release decrement of the last other
+            // owner's drop (as `Arc::get_mut` does), so that its reads of
+            // the bytes happen before the writes that follow.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         }
     }
 
@@ -261,7 +265,22 @@ impl Tensor {
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.make_unique();
         let range = self.offset..self.offset + self.nbytes;
-        let storage = Arc::get_mut(&mut self.storage).expect("unique after make_unique");
+        // `Arc::get_mut` would check uniqueness again with a
+        // compare-and-swap on the counts' cache line: a write to the line
+        // that every reader of a shared batch column reads, which then
+        // moves between cores on every write of a worker's rows.
+        #[allow(unsafe_code)]
+        // SAFETY: after `make_unique` this tensor holds the only strong
+        // reference to its storage, and no `Weak` to a storage is ever made
+        // (the field is private, and only `Arc::new` and `Arc::clone` make
+        // references): no other tensor, on any thread, can reach it, and
+        // none can be made while `&mut self` is borrowed, since cloning
+        // needs `&self`. The fence in `make_unique` orders the last other
+        // owner's accesses before ours. The pointer comes from
+        // `Arc::as_ptr`, which keeps the allocation's write permission (the
+        // same access `Arc::get_mut` gives), and lives no longer than the
+        // `&mut self` borrow.
+        let storage = unsafe { &mut *Arc::as_ptr(&self.storage).cast_mut() };
         &mut storage.bytes_mut()[range]
     }
 
@@ -536,6 +555,27 @@ mod tests {
         let ptr = b.as_bytes().as_ptr();
         b.as_mut_slice::<i32>().unwrap()[0] = 10;
         assert_eq!(b.as_bytes().as_ptr(), ptr);
+    }
+
+    /// A clone read and dropped on another thread: the write after the
+    /// drop is in place (the storage is unique again), the write while the
+    /// clone lived copied first, and the reader saw only the old values.
+    #[test]
+    fn a_write_after_another_threads_clone_is_dropped_is_in_place() {
+        let mut a = Tensor::from_vec(&[4], vec![1i32, 2, 3, 4]).unwrap();
+        for _ in 0..100 {
+            let b = a.clone();
+            let reader = std::thread::spawn(move || b.to_vec::<i32>().unwrap());
+            let before = a.as_bytes().as_ptr();
+            let seen = reader.join().unwrap();
+            a.as_mut_slice::<i32>().unwrap()[0] += 1;
+            assert_eq!(a.as_bytes().as_ptr(), before, "unique again: in place");
+            assert_eq!(seen[1..], [2, 3, 4]);
+        }
+        let held = a.clone();
+        a.as_mut_slice::<i32>().unwrap()[0] = 0;
+        assert!(!a.shares_storage(&held));
+        assert_eq!(held.to_vec::<i32>().unwrap(), vec![101, 2, 3, 4]);
     }
 
     #[test]
