@@ -36,17 +36,37 @@ impl Tally {
         }
     }
 
-    /// Counts a step batch whose rows are the envs `envs`.
+    /// Counts a step batch whose rows are the envs `envs`: read in place
+    /// for the usual dtypes (`f32` rewards, `bool` done flags), converted
+    /// otherwise.
     fn add(&mut self, batch: &TensorDict, envs: &[usize]) -> Result<()> {
-        let rewards = batch.tensor(("next", "reward"))?.to_f64_vec();
-        let done = batch.tensor(("next", "done"))?.to_f64_vec();
-        let per_env = rewards.len() / envs.len().max(1);
+        let rewards = batch.tensor(("next", "reward"))?;
+        let done = batch.tensor(("next", "done"))?;
+        let converted;
+        let rewards: Rewards<'_> = match rewards.as_slice::<f32>() {
+            Ok(r) => Rewards::F32(r),
+            Err(_) => {
+                converted = rewards.to_f64_vec();
+                Rewards::F64(&converted)
+            }
+        };
+        let done_converted;
+        let done: &[bool] = match done.as_slice::<bool>() {
+            Ok(d) => d,
+            Err(_) => {
+                done_converted = done
+                    .to_f64_vec()
+                    .iter()
+                    .map(|&d| d != 0.0)
+                    .collect::<Vec<_>>();
+                &done_converted
+            }
+        };
+        let k = envs.len().max(1);
+        let (per_env, done_per_env) = (rewards.len() / k, done.len() / k);
         for (j, &env) in envs.iter().enumerate() {
-            self.running[env] += rewards[j * per_env..(j + 1) * per_env].iter().sum::<f64>();
-            if done[j * per_env..(j + 1) * per_env]
-                .iter()
-                .any(|&d| d != 0.0)
-            {
+            self.running[env] += rewards.sum(j * per_env..(j + 1) * per_env);
+            if done[j * done_per_env..(j + 1) * done_per_env].contains(&true) {
                 self.episodes += 1;
                 self.returns_sum += self.running[env];
                 self.running[env] = 0.0;
@@ -62,6 +82,29 @@ impl Tally {
     }
 }
 
+/// A batch's rewards, as stored or converted.
+enum Rewards<'a> {
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+}
+
+impl Rewards<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Rewards::F32(r) => r.len(),
+            Rewards::F64(r) => r.len(),
+        }
+    }
+
+    /// The sum of the rewards in `range`.
+    fn sum(&self, range: std::ops::Range<usize>) -> f64 {
+        match self {
+            Rewards::F32(r) => r[range].iter().map(|&x| f64::from(x)).sum(),
+            Rewards::F64(r) => r[range].iter().sum(),
+        }
+    }
+}
+
 /// Random actions for `envs`, drawn from the pool's action spec.
 struct Actions {
     spec: pool::specs::TensorSpec,
@@ -69,15 +112,18 @@ struct Actions {
 }
 
 impl Actions {
+    /// Actions for `envs` (distinct): a draw for every env, the drawn batch
+    /// itself when `envs` is every env in order, else its rows of `envs`.
     fn for_envs(&mut self, envs: &[usize]) -> Result<TensorDict> {
         let Entry::Dict(all) = self.spec.try_rand(&mut self.rng)? else {
             bail!("the action spec is not a composite");
         };
-        let mut out = TensorDict::zeros_stacked(&all.index(0)?, envs.len())?;
-        for (j, &env) in envs.iter().enumerate() {
-            out.copy_row(j, &all, env)?;
+        let every_env = all.batch_size().first() == Some(&envs.len())
+            && envs.iter().enumerate().all(|(j, &env)| j == env);
+        if every_env {
+            return Ok(all);
         }
-        Ok(out)
+        Ok(all.gather_rows(envs)?)
     }
 }
 
@@ -143,4 +189,67 @@ pub(crate) fn drive(
     let elapsed = start.elapsed();
     progress.finish();
     Ok((tally, elapsed))
+}
+
+#[cfg(test)]
+mod tests {
+    use pool::tensordict::Tensor;
+
+    use super::*;
+
+    /// A step batch of `rewards` and `done` flags, one row per env.
+    fn batch(rewards: Tensor, done: Tensor) -> TensorDict {
+        let n = rewards.shape()[0];
+        let mut next = TensorDict::new(&[n]);
+        next.set("reward", rewards).unwrap();
+        next.set("done", done).unwrap();
+        let mut td = TensorDict::new(&[n]);
+        td.set("next", next).unwrap();
+        td
+    }
+
+    /// Rewards and done flags read in place (f32, bool) or converted (f64,
+    /// integer flags) count the same episodes and returns.
+    #[test]
+    fn the_tally_reads_rewards_and_flags_of_any_dtype() {
+        let stored = batch(
+            Tensor::from_vec(&[2, 1], vec![1.0f32, 2.0]).unwrap(),
+            Tensor::from_vec(&[2, 1], vec![false, true]).unwrap(),
+        );
+        let converted = batch(
+            Tensor::from_vec(&[2, 1], vec![1.0f64, 2.0]).unwrap(),
+            Tensor::from_vec(&[2, 1], vec![0i64, 1]).unwrap(),
+        );
+        for td in [stored, converted] {
+            let mut tally = Tally::new(4);
+            tally.add(&td, &[1, 3]).unwrap();
+            tally.add(&td, &[3, 1]).unwrap();
+            assert_eq!(tally.steps, 4);
+            assert_eq!(tally.episodes, 2, "env 3, then env 1");
+            assert_eq!(tally.mean_return(), Some((2.0 + 3.0) / 2.0));
+            assert_eq!(
+                tally.running,
+                vec![0.0, 0.0, 0.0, 1.0],
+                "env 3 started anew"
+            );
+        }
+    }
+
+    /// Every env in order gets the drawn batch, others its rows.
+    #[test]
+    fn actions_for_some_envs_are_rows_of_a_draw_for_all() {
+        let pool = AsyncEnvPool::builder()
+            .registered_n("CountingEnv", 4, pool::envs::Kwargs::new())
+            .build()
+            .unwrap();
+        let mut actions = Actions {
+            spec: pool.full_action_spec().clone(),
+            rng: rand::rngs::StdRng::seed_from_u64(0),
+        };
+        assert_eq!(actions.for_envs(&[0, 1, 2, 3]).unwrap().batch_size(), &[4]);
+        let some = actions.for_envs(&[3, 1]).unwrap();
+        assert_eq!(some.batch_size(), &[2]);
+        assert_eq!(some.tensor("action").unwrap().shape()[0], 2);
+        pool.shutdown();
+    }
 }
