@@ -40,13 +40,28 @@ pub(crate) struct Chunk {
     op: Op,
     /// The sent tensordict, shared by every chunk of the send.
     src: Option<Arc<TensorDict>>,
-    /// Per job: the env, its row of `src`, and whether it takes an input.
-    jobs: Box<[(usize, Option<usize>, bool)]>,
+    /// The jobs (kept small: a chunk of a send to many envs is one
+    /// allocation of a few hundred bytes).
+    jobs: Box<[ChunkJob]>,
     /// The jobs not claimed yet, `front..back`: the front in the low 32
     /// bits, the back in the high 32. Claims move either end inward with
     /// one compare-and-swap; the chunk is spent once they meet.
     span: AtomicU64,
 }
+
+/// A job of a [`Chunk`].
+#[derive(Clone, Copy, Debug)]
+struct ChunkJob {
+    /// The env.
+    env: u32,
+    /// Its row of the chunk's tensordict; [`NO_ROW`]: all of it.
+    row: u32,
+    /// Whether it takes an input.
+    takes_input: bool,
+}
+
+/// A [`ChunkJob`]'s row when the env takes the whole tensordict.
+const NO_ROW: u32 = u32::MAX;
 
 /// Packs `front..back` into a span word.
 fn span(front: u32, back: u32) -> u64 {
@@ -64,12 +79,22 @@ impl Chunk {
     /// tensordict `src`.
     ///
     /// # Panics
-    /// If there are more than `u32::MAX` jobs.
+    /// If there are `u32::MAX` jobs or more, or an env or row is that
+    /// large (a pool's envs and rows are far fewer).
     pub(crate) fn new(
         op: Op,
         src: Option<Arc<TensorDict>>,
-        jobs: Box<[(usize, Option<usize>, bool)]>,
+        jobs: impl IntoIterator<Item = (usize, Option<usize>, bool)>,
     ) -> Chunk {
+        let small = |i: usize| u32::try_from(i).ok().filter(|&i| i != NO_ROW);
+        let jobs: Box<[ChunkJob]> = jobs
+            .into_iter()
+            .map(|(env, row, takes_input)| ChunkJob {
+                env: small(env).expect("fewer than 2^32 - 1 envs"),
+                row: row.map_or(NO_ROW, |row| small(row).expect("fewer than 2^32 - 1 rows")),
+                takes_input,
+            })
+            .collect();
         let len = u32::try_from(jobs.len()).expect("fewer than 2^32 jobs in a chunk");
         Chunk {
             op,
@@ -81,12 +106,13 @@ impl Chunk {
 
     /// Job `index` of the chunk.
     pub(crate) fn job(&self, index: usize) -> Job<'_> {
-        let (env, row, takes_input) = self.jobs[index];
+        let job = self.jobs[index];
+        let row = (job.row != NO_ROW).then_some(job.row as usize);
         Job {
-            env,
+            env: job.env as usize,
             op: self.op,
             input: match &self.src {
-                Some(src) if takes_input => Some((&**src, row)),
+                Some(src) if job.takes_input => Some((&**src, row)),
                 _ => None,
             },
         }
@@ -95,7 +121,7 @@ impl Chunk {
     /// The env of job `index`.
     #[cfg(test)]
     fn env(&self, index: usize) -> usize {
-        self.jobs[index].0
+        self.jobs[index].env as usize
     }
 
     /// Claims up to `max` jobs from the front (`from_back` false) or the
@@ -226,8 +252,7 @@ impl WorkQueue {
                 .map_or(jobs.len(), |len| start + len);
             let chunk = jobs[start..end]
                 .iter()
-                .map(|&(env, row)| (env, row, takes_input(env)))
-                .collect();
+                .map(|&(env, row)| (env, row, takes_input(env)));
             let chunk = Arc::new(Chunk::new(op, src.clone(), chunk));
             lock(&self.queues[home]).push_back(chunk);
             start = end;
@@ -461,7 +486,7 @@ mod tests {
     /// Claims from both ends meet without a job claimed twice.
     #[test]
     fn claims_from_both_ends_meet() {
-        let chunk = Chunk::new(Op::Reset, None, (0..5).map(|e| (e, None, false)).collect());
+        let chunk = Chunk::new(Op::Reset, None, (0..5).map(|e| (e, None, false)));
         assert_eq!(chunk.claim(1, false), Some(0..1));
         assert_eq!(chunk.claim(3, true), Some(2..5));
         assert_eq!(chunk.claim(8, false), Some(1..2));

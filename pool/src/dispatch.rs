@@ -183,10 +183,12 @@ impl Dispatch {
         }
     }
 
-    pub(crate) fn release(&self, env: usize) {
+    /// Marks each of `envs` idle in the backend (their results dropped),
+    /// the backend matched once.
+    pub(crate) fn release_all(&self, envs: &[usize]) {
         match self {
-            Dispatch::Threads(b) => b.release(env),
-            Dispatch::Procs(b) => b.release(env),
+            Dispatch::Threads(b) => envs.iter().for_each(|&env| b.release(env)),
+            Dispatch::Procs(b) => envs.iter().for_each(|&env| b.release(env)),
         }
     }
 

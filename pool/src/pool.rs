@@ -62,6 +62,9 @@ pub struct AsyncEnvPool {
     templates: Vec<(TensorDict, TensorDict)>,
     /// Per env: its `"env_index"` value, shaped like its batch size.
     env_index: Vec<NonTensor>,
+    /// The `"env_index"` column of a batch of every env in order, made
+    /// once (a synchronous step's batches clone it).
+    all_env_index: NonTensor,
     /// Whether every env's batch size is `batch_size[1..]`.
     same_env_batch: bool,
     /// The jobs of a send to every env: env `i` from row `i`.
@@ -136,6 +139,11 @@ impl AsyncEnvPool {
 
     /// The `"env_index"` column of a batch of `envs`.
     fn env_index_column(&self, envs: &[usize]) -> NonTensor {
+        // The envs of a batch are distinct and ascending: as many as there
+        // are envs is every env, in order.
+        if envs.len() == self.env_index.len() {
+            return self.all_env_index.clone();
+        }
         NonTensor::Stack(
             envs.iter()
                 .map(|&env| self.env_index[env].clone())
@@ -227,6 +235,7 @@ impl AsyncEnvPool {
             return Err(PoolError::MissingInput { op: op.name() });
         }
         let per_env = matches!(target, Target::Env(_));
+        let all = matches!(target, Target::All);
         let jobs = self.resolve(target, td.as_ref())?;
         // The root of each result: the sent tensordict without any "next" or
         // "env_index" (the pool sets its own), shared by the envs of the send.
@@ -246,13 +255,17 @@ impl AsyncEnvPool {
                 let busy: Vec<usize> = jobs
                     .iter()
                     .map(|&(env, _)| env)
-                    .filter(|&env| book.states[env] != EnvState::Idle)
+                    .filter(|&env| book.state(env) != EnvState::Idle)
                     .collect();
                 if !busy.is_empty() {
                     return Err(PoolError::Busy { envs: busy });
                 }
             }
-            book.send(op, per_env, &jobs, td.clone());
+            if all {
+                book.send_all(op, per_env, &jobs, td.clone());
+            } else {
+                book.send(op, per_env, &jobs, td.clone());
+            }
         }
         if let Err(err) = self.backend().send(op, &jobs, td.as_deref()) {
             self.book().unsend(op, per_env, &jobs);
@@ -267,9 +280,7 @@ impl AsyncEnvPool {
     /// receivers, whose `min_get` may now be out of reach.
     fn release(&self, envs: &[usize]) {
         let backend = self.backend();
-        for &env in envs {
-            backend.release(env);
-        }
+        backend.release_all(envs);
         self.book().release(envs.iter().copied());
         backend.wake_receivers();
     }

@@ -31,11 +31,7 @@ impl AsyncEnvPool {
     /// each taken env, in order.
     pub(super) fn step_roots(&self, taken: &Taken) -> Result<TensorDict, PoolError> {
         let k = taken.envs.len();
-        let in_order = taken
-            .rows
-            .iter()
-            .enumerate()
-            .all(|(j, &(_, row))| row == Some(j));
+        let in_order = taken.in_order;
         match taken.origin(0) {
             // The sync path: every row of one send, in order. The sent
             // tensordict is the root batch itself.

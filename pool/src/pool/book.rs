@@ -44,11 +44,24 @@ pub(super) struct Origin {
 pub(super) type Job = (usize, Option<usize>);
 
 /// The facade's bookkeeping of every env, under one lock.
+///
+/// While every env is in one state (all idle, or all sent together by one
+/// send to every env, env `j` from row `j`, and then taken together, as a
+/// synchronous step is), that state is kept once, in [`Book::whole`], and
+/// the per-env lists are stale: a synchronous step costs the book nothing
+/// per env. Anything that looks at one env first writes the lists out
+/// ([`Book::materialize`]).
 #[derive(Debug)]
 pub(super) struct Book {
-    pub(super) states: Vec<EnvState>,
-    /// Per env not idle: where its input came from.
-    pub(super) origins: Vec<Origin>,
+    /// Per env: its state (stale while [`Book::whole`] is set: read
+    /// [`Book::state`]).
+    states: Vec<EnvState>,
+    /// Per env not idle: where its input came from (stale while
+    /// [`Book::whole`] is set).
+    origins: Vec<Origin>,
+    /// When every env is in one state: that state, and for envs in flight
+    /// or being taken, the send they all came from (env `j` from row `j`).
+    whole: Option<(EnvState, usize)>,
     /// The sends that have envs not yet released; free entries are reused.
     pub(super) sends: Vec<SentTd>,
     /// The free entries of `sends`.
@@ -76,6 +89,7 @@ impl Book {
         Book {
             states: vec![EnvState::Idle; n],
             origins: vec![Origin::default(); n],
+            whole: Some((EnvState::Idle, 0)),
             sends: Vec::new(),
             free: Vec::new(),
             busy: 0,
@@ -88,8 +102,38 @@ impl Book {
     /// The envs not idle, in order.
     pub(super) fn busy_envs(&self) -> Vec<usize> {
         (0..self.states.len())
-            .filter(|&e| self.states[e] != EnvState::Idle)
+            .filter(|&e| self.state(e) != EnvState::Idle)
             .collect()
+    }
+
+    /// The number of envs.
+    pub(super) fn num_envs(&self) -> usize {
+        self.states.len()
+    }
+
+    /// Env `env`'s state.
+    pub(super) fn state(&self, env: usize) -> EnvState {
+        match self.whole {
+            Some((state, _)) => state,
+            None => self.states[env],
+        }
+    }
+
+    /// Writes the state kept once for every env ([`Book::whole`]) out into
+    /// the per-env lists, before something looks at or changes one env.
+    pub(super) fn materialize(&mut self) {
+        let Some((state, send)) = self.whole.take() else {
+            return;
+        };
+        self.states.fill(state);
+        if state != EnvState::Idle {
+            for (env, origin) in self.origins.iter_mut().enumerate() {
+                *origin = Origin {
+                    send,
+                    row: Some(env),
+                };
+            }
+        }
     }
 
     /// Marks the envs of `jobs` (idle) in flight for `op`, their inputs
@@ -103,6 +147,43 @@ impl Book {
     ) {
         if jobs.is_empty() {
             return;
+        }
+        self.send_jobs(op, per_env, jobs, td, false);
+    }
+
+    /// [`Book::send`] of the jobs of a send to every env (`jobs`: env `j`
+    /// from row `j`): kept once when no env is busy.
+    pub(super) fn send_all(
+        &mut self,
+        op: Op,
+        per_env: bool,
+        jobs: &[Job],
+        td: Option<Arc<TensorDict>>,
+    ) {
+        debug_assert!(jobs
+            .iter()
+            .enumerate()
+            .all(|(j, &(env, row))| env == j && row == Some(j)));
+        self.send_jobs(op, per_env, jobs, td, jobs.len() == self.states.len());
+    }
+
+    /// [`Book::send`]; with `all` (`jobs` are env `j` from row `j` for every
+    /// env), kept once if no env is busy.
+    fn send_jobs(
+        &mut self,
+        op: Op,
+        per_env: bool,
+        jobs: &[Job],
+        td: Option<Arc<TensorDict>>,
+        all: bool,
+    ) {
+        if jobs.is_empty() {
+            return;
+        }
+        // (With no env busy, every env is idle, whether kept once or not.)
+        let whole = all && self.busy == 0;
+        if !whole {
+            self.materialize();
         }
         let entry = SentTd {
             td,
@@ -119,10 +200,14 @@ impl Book {
             }
         };
         let state = EnvState::InFlight { op, per_env };
-        for &(env, row) in jobs {
-            debug_assert_eq!(self.states[env], EnvState::Idle);
-            self.states[env] = state;
-            self.origins[env] = Origin { send, row };
+        if whole {
+            self.whole = Some((state, send));
+        } else {
+            for &(env, row) in jobs {
+                debug_assert_eq!(self.states[env], EnvState::Idle);
+                self.states[env] = state;
+                self.origins[env] = Origin { send, row };
+            }
         }
         self.busy += jobs.len();
         if !per_env {
@@ -132,6 +217,7 @@ impl Book {
 
     /// Marks the envs of a failed [`Book::send`] idle again.
     pub(super) fn unsend(&mut self, op: Op, per_env: bool, jobs: &[Job]) {
+        self.materialize();
         if !per_env {
             self.batch_in_flight[op as usize] -= jobs.len();
         }
@@ -152,7 +238,30 @@ impl Book {
             sends: SmallVec::new(),
             tds: SmallVec::new(),
             envs,
+            in_order: false,
         };
+        if let Some((
+            EnvState::InFlight {
+                op: sent,
+                per_env: false,
+            },
+            send,
+        )) = self.whole
+        {
+            if sent == op && taken.envs.len() == self.states.len() {
+                // Every env, of one send, env `j` from row `j`.
+                self.whole = Some((EnvState::Taking, send));
+                taken
+                    .rows
+                    .extend((0..taken.envs.len()).map(|j| (0, Some(j))));
+                taken.sends.push(send);
+                taken.tds.push(self.sends[send].td.clone());
+                taken.in_order = true;
+                self.batch_in_flight[op as usize] -= taken.envs.len();
+                return taken;
+            }
+        }
+        self.materialize();
         // The previous env's send and its index in `taken.sends`: the envs
         // of one send are usually taken together.
         let mut last = None;
@@ -174,6 +283,12 @@ impl Book {
             last = Some((send, at));
             taken.rows.push((at, row));
         }
+        taken.in_order = taken.sends.len() == 1
+            && taken
+                .rows
+                .iter()
+                .enumerate()
+                .all(|(j, &(_, row))| row == Some(j));
         self.batch_in_flight[op as usize] -= taken.envs.len();
         taken
     }
@@ -181,6 +296,7 @@ impl Book {
     /// Marks env `env` (in flight for `op`, sent with a per-env target or
     /// not) taken.
     pub(super) fn take_env(&mut self, env: usize, op: Op, per_env: bool) -> TakenEnv {
+        self.materialize();
         debug_assert_eq!(self.states[env], EnvState::InFlight { op, per_env });
         self.states[env] = EnvState::Taking;
         if !per_env {
@@ -196,6 +312,14 @@ impl Book {
 
     /// Returns taken envs to in flight for `op`.
     pub(super) fn put_back(&mut self, op: Op, envs: &[usize], per_env: bool) {
+        if let Some((EnvState::Taking, send)) = self.whole {
+            if envs.len() == self.states.len() && !per_env {
+                self.whole = Some((EnvState::InFlight { op, per_env }, send));
+                self.batch_in_flight[op as usize] += envs.len();
+                return;
+            }
+        }
+        self.materialize();
         for &env in envs {
             debug_assert_eq!(self.states[env], EnvState::Taking);
             self.states[env] = EnvState::InFlight { op, per_env };
@@ -208,6 +332,20 @@ impl Book {
     /// Marks taken envs idle, and drops a send's tensordict once none of
     /// its envs is left.
     pub(super) fn release(&mut self, envs: impl ExactSizeIterator<Item = usize>) {
+        if let Some((EnvState::Taking, send)) = self.whole {
+            if envs.len() == self.states.len() {
+                self.busy -= envs.len();
+                self.whole = Some((EnvState::Idle, 0));
+                let sent = &mut self.sends[send];
+                sent.envs -= envs.len();
+                if sent.envs == 0 {
+                    sent.td = None;
+                    self.free.push(send);
+                }
+                return;
+            }
+        }
+        self.materialize();
         self.busy -= envs.len();
         for env in envs {
             debug_assert_eq!(self.states[env], EnvState::Taking);
@@ -233,6 +371,8 @@ pub(super) struct Taken {
     pub(super) sends: SmallVec<[usize; 2]>,
     /// Their tensordicts, one clone per send.
     pub(super) tds: SmallVec<[Option<Arc<TensorDict>>; 2]>,
+    /// Whether the envs are of one send, env `j` from row `j` of it.
+    pub(super) in_order: bool,
 }
 
 /// A per-env receive's env, taken (its state `Taking`).
@@ -303,5 +443,89 @@ mod tests {
         book.unsend(Op::Reset, false, &[(2, Some(0))]);
         assert_eq!(book.busy, 1);
         assert_eq!(book.batch_in_flight, [0, 0, 0]);
+    }
+
+    /// A send to every env in row order is kept once: taken and released
+    /// whole, or written out per env as soon as one env is looked at alone,
+    /// with the same states, rows and counts as a send kept per env.
+    #[test]
+    fn a_send_to_every_env_is_kept_once_until_an_env_is_looked_at_alone() {
+        let all: Vec<Job> = (0..3).map(|env| (env, Some(env))).collect();
+        let mut book = Book::new(3);
+        let first = td(3);
+        book.send_all(Op::Step, false, &all, first.clone());
+        assert!(book.whole.is_some());
+        assert_eq!(book.busy_envs(), vec![0, 1, 2]);
+        assert_eq!(
+            book.state(1),
+            EnvState::InFlight {
+                op: Op::Step,
+                per_env: false
+            }
+        );
+        // Taken whole, put back, taken again, released whole.
+        let taken = book.take(Op::Step, vec![0, 1, 2]);
+        assert!(taken.in_order);
+        assert_eq!(taken.rows, vec![(0, Some(0)), (0, Some(1)), (0, Some(2))]);
+        assert_eq!(book.batch_in_flight, [0, 0, 0]);
+        drop(taken);
+        book.put_back(Op::Step, &[0, 1, 2], false);
+        assert_eq!(book.batch_in_flight, [0, 3, 0]);
+        let taken = book.take(Op::Step, vec![0, 1, 2]);
+        drop(taken);
+        book.release([0, 1, 2].into_iter());
+        assert_eq!(book.busy, 0);
+        assert_eq!(book.whole, Some((EnvState::Idle, 0)));
+        assert_eq!(
+            Arc::strong_count(first.as_ref().unwrap()),
+            1,
+            "the send is freed"
+        );
+
+        // One env taken alone: every env's state and row written out.
+        book.send_all(Op::StepAndMaybeReset, false, &all, td(3));
+        let one = book.take_env(2, Op::StepAndMaybeReset, false);
+        assert!(book.whole.is_none());
+        assert_eq!(one.row, Some(2));
+        assert_eq!(book.state(2), EnvState::Taking);
+        assert_eq!(
+            book.state(0),
+            EnvState::InFlight {
+                op: Op::StepAndMaybeReset,
+                per_env: false
+            }
+        );
+        assert_eq!(book.batch_in_flight, [0, 0, 2]);
+        book.release([2].into_iter());
+        let rest = book.take(Op::StepAndMaybeReset, vec![0, 1]);
+        assert_eq!(rest.rows, vec![(0, Some(0)), (0, Some(1))]);
+        assert!(rest.in_order);
+        drop((one, rest));
+        book.release([0, 1].into_iter());
+        assert_eq!(book.busy, 0);
+        assert!(book.sends.iter().all(|s| s.td.is_none()));
+
+        // With no env busy, the next send to every env is kept once again;
+        // a send out of row order, or of every env through `send` (a
+        // target other than every env), is kept per env.
+        book.send_all(Op::Reset, false, &all, None);
+        assert!(book.whole.is_some());
+        book.unsend(Op::Reset, false, &all);
+        assert_eq!(book.busy, 0);
+        book.send(
+            Op::Step,
+            false,
+            &[(0, Some(1)), (1, Some(0)), (2, Some(2))],
+            td(3),
+        );
+        assert!(book.whole.is_none());
+        let taken = book.take(Op::Step, vec![0, 1, 2]);
+        assert!(!taken.in_order);
+        assert_eq!(taken.rows, vec![(0, Some(1)), (0, Some(0)), (0, Some(2))]);
+        drop(taken);
+        book.release([0, 1, 2].into_iter());
+        book.send(Op::Step, false, &all, td(3));
+        assert!(book.whole.is_none(), "kept per env");
+        assert!(book.take(Op::Step, vec![0, 1, 2]).in_order);
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use pool_core::Rows;
 use pool_proc::ProcBackend;
 use pool_thread::ThreadBackend;
+use tensordict::NonTensor;
 
 use super::assemble::env_index_value;
 use super::book::Book;
@@ -139,11 +140,12 @@ impl PoolBuilder {
         let n = children.len();
         let mut batch_size = vec![n];
         batch_size.extend_from_slice(children[0].batch_size());
-        let env_index = children
+        let env_index: Vec<NonTensor> = children
             .iter()
             .enumerate()
             .map(|(env, c)| env_index_value(env, c.batch_size()))
             .collect();
+        let all_env_index = NonTensor::Stack(env_index.clone());
         let same_env_batch = children.iter().all(|c| c.batch_size() == &batch_size[1..]);
         Ok(AsyncEnvPool {
             backend,
@@ -152,6 +154,7 @@ impl PoolBuilder {
             batch_size,
             templates,
             env_index,
+            all_env_index,
             same_env_batch,
             all_jobs: (0..n).map(|env| (env, Some(env))).collect(),
             book: Mutex::new(Book::new(n)),

@@ -55,14 +55,13 @@ impl AsyncEnvPool {
             }
             ready.clear();
             ready.reserve(in_flight);
-            if in_flight == book.states.len() {
+            if in_flight == book.num_envs() {
                 // Every env is in flight for this receive (a send to all):
                 // no state to look at.
                 backend.ready_among(0..in_flight, &mut ready);
             } else {
-                let candidates = book.states.iter().enumerate();
-                let candidates = candidates.filter(|&(_, &state)| state == batch_state);
-                backend.ready_among(candidates.map(|(env, _)| env), &mut ready);
+                let candidates = (0..book.num_envs()).filter(|&env| book.state(env) == batch_state);
+                backend.ready_among(candidates, &mut ready);
             }
             // A failed env is reported first, alone; the other results stay.
             if let Some(failed) = backend.first_failed(&ready) {
@@ -151,7 +150,7 @@ impl AsyncEnvPool {
             if book.shut_down || backend.is_shut_down() {
                 return Err(PoolError::ShutDown);
             }
-            let per_env = match book.states[env] {
+            let per_env = match book.state(env) {
                 EnvState::InFlight {
                     op: sent_op,
                     per_env,
