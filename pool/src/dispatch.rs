@@ -106,11 +106,11 @@ impl Dispatch {
     }
 
     /// Runs a chunk of queued envs in the calling thread (threads only);
-    /// returns whether it ran any.
-    pub(crate) fn help(&self) -> bool {
+    /// returns how many it ran.
+    pub(crate) fn help(&self) -> usize {
         match self {
             Dispatch::Threads(b) => b.help(),
-            Dispatch::Procs(_) => false,
+            Dispatch::Procs(_) => 0,
         }
     }
 

@@ -15,7 +15,7 @@ impl ThreadBackend {
     /// calling thread, if any is queued and env steps have been quick (a
     /// moving average under `HELP_MAX_ENV_TIME`): a receiver that would
     /// otherwise wait helps the workers. Returns
-    /// whether it ran anything. Never with
+    /// how many envs it ran. Never with
     /// [`ThreadOptions::affinity`](crate::ThreadOptions::affinity):
     /// the envs then run on the worker threads' CPUs only.
     ///
@@ -26,11 +26,11 @@ impl ThreadBackend {
     /// the `perf sched` figures). It blocks for as long as those envs take, so a
     /// receiver helps only when it has to wait for every queued env anyway.
     #[doc(hidden)]
-    pub fn help(&self) -> bool {
+    pub fn help(&self) -> usize {
         let quick =
             self.shared.env_nanos.load(Ordering::Relaxed) < HELP_MAX_ENV_TIME.as_nanos() as u64;
         if self.pinned || !quick {
-            return false;
+            return 0;
         }
         let mut timing = StepTiming::new();
         // Taken under one lock: the receiver waits for every queued env
@@ -51,6 +51,6 @@ impl ThreadBackend {
         // results are published together.
         timing.end(&self.shared.env_nanos);
         publish_run(&self.shared, &mut done);
-        ran > 0
+        ran
     }
 }

@@ -106,13 +106,29 @@ impl AsyncEnvPool {
             // have (a synchronous step, or a receive of all in flight): it
             // runs queued envs itself rather than wait for a worker, since
             // it cannot return before they are done anyway. (Envs another
-            // thread sends meanwhile may be in a chunk it runs: chunks are
-            // small, of quick envs, and it looks again after each.)
+            // thread sends meanwhile may be among those it runs: chunks
+            // are small, of quick envs, and it looks again after as many
+            // as it waits for.)
             let may_help =
                 deadline.is_none() && recv.min_get == in_flight && book.busy == in_flight;
             drop(book);
-            if may_help && backend.help() {
-                continue;
+            if may_help {
+                let mut ran = backend.help();
+                if ran > 0 {
+                    // It looks at the results again once it has run as
+                    // many envs as it still waits for (or none is queued),
+                    // not after each chunk: a look at every env costs more
+                    // than a chunk of quick envs. (Bounded: envs another
+                    // thread sends meanwhile count too.)
+                    let waiting = in_flight - ready.len();
+                    while ran < waiting {
+                        match backend.help() {
+                            0 => break,
+                            more => ran += more,
+                        }
+                    }
+                    continue;
+                }
             }
             // At least this many more results must be published before the
             // batch can be complete.
