@@ -177,20 +177,34 @@ impl ThreadBackend {
         jobs: &[(usize, Option<usize>)],
         src: Option<&TensorDict>,
     ) -> Result<(), ThreadError> {
-        // One bit per env addressed.
-        let mut addressed = vec![0u64; self.num_envs().div_ceil(64)];
-        for &(env, _) in jobs {
-            if env >= self.num_envs() {
-                return Err(ThreadError::NoSuchEnv {
-                    env,
-                    num_envs: self.num_envs(),
-                });
-            }
-            let (word, bit) = (env / 64, 1u64 << (env % 64));
-            if addressed[word] & bit != 0 || !self.shared.phases.is_idle(env) {
+        // A send to every env, env `j` from row `j` (the synchronous path):
+        // each env addressed once by construction, queued as one chunk per
+        // worker's block.
+        let every_env = jobs.len() == self.num_envs()
+            && jobs
+                .iter()
+                .enumerate()
+                .all(|(j, &(env, row))| env == j && row == Some(j));
+        if every_env {
+            if let Some(env) = (0..jobs.len()).find(|&env| !self.shared.phases.is_idle(env)) {
                 return Err(ThreadError::Busy { env });
             }
-            addressed[word] |= bit;
+        } else {
+            // One bit per env addressed.
+            let mut addressed = vec![0u64; self.num_envs().div_ceil(64)];
+            for &(env, _) in jobs {
+                if env >= self.num_envs() {
+                    return Err(ThreadError::NoSuchEnv {
+                        env,
+                        num_envs: self.num_envs(),
+                    });
+                }
+                let (word, bit) = (env / 64, 1u64 << (env % 64));
+                if addressed[word] & bit != 0 || !self.shared.phases.is_idle(env) {
+                    return Err(ThreadError::Busy { env });
+                }
+                addressed[word] |= bit;
+            }
         }
         // Every input is checked here, once per kind of env input buffer
         // (the rows of one send all have one layout), before anything is
@@ -230,9 +244,15 @@ impl ThreadBackend {
         }
         // The jobs go straight into the workers' queues, a chunk per worker.
         let shared_src = src.map(|src| Arc::new(src.clone()));
-        self.shared
-            .queue
-            .push_jobs(op, shared_src, jobs, takes_input);
+        if every_env {
+            self.shared
+                .queue
+                .push_every_env(op, shared_src, takes_input);
+        } else {
+            self.shared
+                .queue
+                .push_jobs(op, shared_src, jobs, takes_input);
+        }
         Ok(())
     }
 

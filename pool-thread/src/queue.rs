@@ -260,6 +260,33 @@ impl WorkQueue {
         self.pushed.notify();
     }
 
+    /// Queues a send of `op` to every env, env `j` from row `j` of `src`:
+    /// one chunk per worker's block of envs; then wakes the workers. As
+    /// [`WorkQueue::push_jobs`] of those jobs, without looking up each
+    /// env's home.
+    pub(crate) fn push_every_env(
+        &self,
+        op: Op,
+        src: Option<Arc<TensorDict>>,
+        takes_input: impl Fn(usize) -> bool,
+    ) {
+        let mut start = 0;
+        while start < self.homes.len() {
+            let home = self.home(start);
+            // Homes are blocks in env order: the block ends where the next
+            // home begins.
+            let end = start + self.homes[start..].partition_point(|&h| usize::from(h) == home);
+            let chunk = Chunk::new(
+                op,
+                src.clone(),
+                (start..end).map(|env| (env, Some(env), takes_input(env))),
+            );
+            lock(&self.queues[home]).push_back(Arc::new(chunk));
+            start = end;
+        }
+        self.pushed.notify();
+    }
+
     /// Claims the next job of worker `worker` without waiting: the front
     /// of `current` (the chunk of its last own claim), else of the first
     /// chunk of its own queue that has any, else the back of another
@@ -481,6 +508,41 @@ mod tests {
                 (6, Some(Some(0)))
             ]
         );
+    }
+
+    /// A send to every env makes one chunk per worker's block, as the same
+    /// jobs pushed one by one do.
+    #[test]
+    fn a_send_to_every_env_is_one_chunk_per_block() {
+        for (workers, envs) in [(2, 8), (3, 7), (1, 3), (4, 2)] {
+            let every = WorkQueue::new(workers, envs);
+            every.push_every_env(Op::Step, None, |env| env % 2 == 0);
+            let jobs: Vec<(usize, Option<usize>)> = (0..envs).map(|e| (e, Some(e))).collect();
+            let each = WorkQueue::new(workers, envs);
+            each.push_jobs(Op::Step, None, &jobs, |env| env % 2 == 0);
+            let chunks = |q: &WorkQueue| -> Vec<Vec<(usize, u32, bool)>> {
+                q.queues
+                    .iter()
+                    .flat_map(|queue| {
+                        lock(queue)
+                            .iter()
+                            .map(|c| {
+                                c.jobs
+                                    .iter()
+                                    .map(|j| (j.env as usize, j.row, j.takes_input))
+                                    .collect()
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            };
+            assert_eq!(
+                chunks(&every),
+                chunks(&each),
+                "{workers} workers, {envs} envs"
+            );
+            assert_eq!(chunks(&every).len(), workers.min(envs));
+        }
     }
 
     /// Claims from both ends meet without a job claimed twice.

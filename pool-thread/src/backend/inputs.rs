@@ -84,22 +84,38 @@ fn owned(mut td: TensorDict) -> TensorDict {
 }
 
 /// The (kind, way of reading) pairs a send has checked: one bit each, the
-/// first 128 inline.
-#[derive(Default)]
-pub(super) struct Checked(smallvec::SmallVec<[u64; 2]>);
+/// first 128 inline, and the last one set (the envs of a send are usually
+/// all of one kind: one comparison each).
+pub(super) struct Checked {
+    words: smallvec::SmallVec<[u64; 2]>,
+    last: usize,
+}
+
+impl Default for Checked {
+    fn default() -> Checked {
+        Checked {
+            words: smallvec::SmallVec::new(),
+            last: usize::MAX,
+        }
+    }
+}
 
 impl Checked {
+    #[inline]
     fn has(&self, bit: usize) -> bool {
-        self.0
-            .get(bit / 64)
-            .is_some_and(|w| w & (1 << (bit % 64)) != 0)
+        bit == self.last
+            || self
+                .words
+                .get(bit / 64)
+                .is_some_and(|w| w & (1 << (bit % 64)) != 0)
     }
 
     fn set(&mut self, bit: usize) {
-        if self.0.len() <= bit / 64 {
-            self.0.resize(bit / 64 + 1, 0);
+        if self.words.len() <= bit / 64 {
+            self.words.resize(bit / 64 + 1, 0);
         }
-        self.0[bit / 64] |= 1 << (bit % 64);
+        self.words[bit / 64] |= 1 << (bit % 64);
+        self.last = bit;
     }
 }
 
