@@ -7,13 +7,14 @@
 //! Run: `cargo run --release -p pool --example profile_pool -- sync 64 1000`
 //! (`raw`, `sync`, `sync_samr`, `async`, `async_step`; env count;
 //! iterations; env name, default `CartPole-v1`; `LatencyEnv` spins 50 us a
-//! step; worker threads, default one per core). Prints the wall-clock time
-//! per env-step too.
+//! step; worker threads, default one per core, or `procs` for worker
+//! processes with the shm exchange, one per core). Prints the wall-clock
+//! time per env-step too.
 
 use std::time::Instant;
 
 use envs::Kwargs;
-use pool::{AsyncEnvPool, Backend, Recv, Target, ThreadOptions};
+use pool::{AsyncEnvPool, Backend, ExchangeMode, ProcOptions, Recv, Target, ThreadOptions};
 use tensordict::{Tensor, TensorDict};
 
 #[path = "../benches/common/raw.rs"]
@@ -37,14 +38,22 @@ fn kwargs(name: &str) -> Kwargs {
     }
 }
 
-fn pool_of(name: &str, n: usize, threads: Option<usize>) -> AsyncEnvPool {
-    let options = match threads {
-        Some(threads) => ThreadOptions::default().threads(threads),
-        None => ThreadOptions::default(),
+fn pool_of(name: &str, n: usize, workers: Option<&str>) -> AsyncEnvPool {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let backend = match workers {
+        Some("procs") => Backend::Multiprocessing(
+            ProcOptions::default()
+                .envs_per_worker(n.div_ceil(cores))
+                .exchange(ExchangeMode::Shm),
+        ),
+        Some(threads) => Backend::Threading(
+            ThreadOptions::default().threads(threads.parse().expect("worker threads or procs")),
+        ),
+        None => Backend::Threading(ThreadOptions::default()),
     };
     let pool = AsyncEnvPool::builder()
         .registered_n(name, n, kwargs(name))
-        .backend(Backend::Threading(options))
+        .backend(backend)
         .build()
         .expect("a pool of reference envs");
     pool.reset(None).expect("reset");
@@ -52,12 +61,14 @@ fn pool_of(name: &str, n: usize, threads: Option<usize>) -> AsyncEnvPool {
 }
 
 fn main() {
+    // A worker process of the `procs` pools is this program re-executed.
+    pool::init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = args.first().map_or("sync", String::as_str);
     let n: usize = args.get(1).map_or(64, |s| s.parse().expect("env count"));
     let iters: usize = args.get(2).map_or(1000, |s| s.parse().expect("iterations"));
     let name = args.get(3).map_or("CartPole-v1", String::as_str);
-    let threads: Option<usize> = args.get(4).map(|s| s.parse().expect("worker threads"));
+    let workers = args.get(4).map(String::as_str);
     let start;
     let steps;
     match mode {
@@ -70,7 +81,7 @@ fn main() {
             steps = iters * n;
         }
         "sync" => {
-            let pool = pool_of(name, n, threads);
+            let pool = pool_of(name, n, workers);
             let td = actions(n);
             start = Instant::now();
             for i in 1..=iters {
@@ -83,7 +94,7 @@ fn main() {
             steps = iters * n;
         }
         "sync_samr" => {
-            let pool = pool_of(name, n, threads);
+            let pool = pool_of(name, n, workers);
             let td = actions(n);
             start = Instant::now();
             for _ in 0..iters {
@@ -93,7 +104,7 @@ fn main() {
             steps = iters * n;
         }
         "async" | "async_step" => {
-            let pool = pool_of(name, n, threads);
+            let pool = pool_of(name, n, workers);
             let half = n / 2;
             let recv = Recv::new().min_get(half).max_get(half);
             let half_actions = actions(half);

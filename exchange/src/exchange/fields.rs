@@ -3,7 +3,7 @@
 //! from field columns with the slot indices under `SLOT_KEY`.
 
 use smallvec::SmallVec;
-use tensordict::{Entry, NestedKey, NonTensor, Shape, Tensor, TensorDict};
+use tensordict::{Entry, KeyLike, NestedKey, NonTensor, Shape, Tensor, TensorDict};
 
 use super::SLOT_KEY;
 use crate::error::SchemaError;
@@ -157,6 +157,9 @@ pub(super) fn present_fields<'a>(
             expected: schema.batch_size().to_vec(),
         });
     }
+    if let Some(all) = every_field_in_order(schema, td) {
+        return Ok(all);
+    }
     let mut mask = 0u64;
     let mut present = Present::new();
     let mut found = 0;
@@ -202,6 +205,33 @@ pub(super) fn present_fields<'a>(
     mismatch.map_or(Ok((mask, present)), Err)
 }
 
+/// [`present_fields`]' answer without a lookup per key, when `td` (of the
+/// schema's batch size) is flat and holds exactly the schema's fields, in
+/// the schema's order, each a tensor of the field's dtype and shape: what a
+/// worker's result buffer, made from the same template, holds on every
+/// publish. `None` otherwise (the lookups then decide, and name what is
+/// wrong).
+fn every_field_in_order<'a>(schema: &Schema, td: &'a TensorDict) -> Option<(u64, Present<'a>)> {
+    let fields = schema.fields();
+    if td.len() != fields.len() || fields.len() > 64 {
+        return None;
+    }
+    let mut present = Present::new();
+    for ((name, entry), field) in td.iter().zip(fields) {
+        match entry {
+            Entry::Tensor(t)
+                if field.key().single() == Some(name)
+                    && t.dtype() == field.dtype()
+                    && t.shape() == field.shape() =>
+            {
+                present.push(t);
+            }
+            _ => return None,
+        }
+    }
+    Some((all_fields(fields.len()), present))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,6 +249,41 @@ mod tests {
         assert_eq!(present_fields(&s, &td).map(|(m, _)| m), Ok(0b11));
         assert_eq!(all_fields(2), 0b11);
         assert_eq!(all_fields(64), u64::MAX);
+    }
+
+    /// A flat tensordict with exactly the schema's fields, made from the
+    /// same template, is read in one pass; anything else gets the lookups'
+    /// answer (the same mask for a subset, the same errors).
+    #[test]
+    fn every_field_in_order_is_the_lookups_answer() {
+        let mut template = TensorDict::new(&[]);
+        template.set("b", Tensor::zeros(DType::F32, &[2])).unwrap();
+        template.set("a", Tensor::zeros(DType::U8, &[1])).unwrap();
+        let s = Schema::from_template(&template).unwrap();
+        let (mask, present) = every_field_in_order(&s, &template).expect("one pass");
+        assert_eq!(mask, 0b11);
+        assert_eq!(present.len(), 2);
+        assert_eq!(present_fields(&s, &template).map(|(m, _)| m), Ok(0b11));
+        // A field of another dtype or shape: no fast answer, the error.
+        let mut other = template.clone();
+        other.set("a", Tensor::zeros(DType::U8, &[2])).unwrap();
+        assert!(every_field_in_order(&s, &other).is_none());
+        assert!(matches!(
+            present_fields(&s, &other),
+            Err(SchemaError::Shape { .. })
+        ));
+        // A subset, or an extra key: the lookups decide.
+        let mut subset = TensorDict::new(&[]);
+        subset.set("b", Tensor::zeros(DType::F32, &[2])).unwrap();
+        assert!(every_field_in_order(&s, &subset).is_none());
+        assert_eq!(present_fields(&s, &subset).map(|(m, _)| m), Ok(0b10));
+        let mut extra = template.clone();
+        extra.set("c", Tensor::zeros(DType::U8, &[1])).unwrap();
+        assert!(every_field_in_order(&s, &extra).is_none());
+        assert!(matches!(
+            present_fields(&s, &extra),
+            Err(SchemaError::UnknownKeys { .. })
+        ));
     }
 
     #[test]
