@@ -82,4 +82,4 @@ pub use crate::layout::{
 pub use crate::region::{Region, RegionError};
 pub use crate::schema::{Field, Schema, SIZE_HEADER};
 #[cfg(not(loom))]
-pub use crate::stats::{ExchangeStats, StatValue};
+pub use crate::stats::{now_ns, ExchangeStats, StatValue};

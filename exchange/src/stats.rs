@@ -30,7 +30,7 @@ use rustix::time::{clock_gettime, ClockId};
 /// Nanoseconds of `CLOCK_MONOTONIC`: the same clock in every process of the
 /// machine (`std::time::Instant` reads it too, but keeps the raw value to
 /// itself).
-pub(crate) fn now_ns() -> u64 {
+pub fn now_ns() -> u64 {
     let now = clock_gettime(ClockId::Monotonic);
     // CLOCK_MONOTONIC is never negative; u64 nanoseconds last 584 years.
     (now.tv_sec as u64)

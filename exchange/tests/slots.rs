@@ -1022,6 +1022,19 @@ fn read_into_copies_newer_results_into_the_callers_buffers() {
     let stats = parent.stats(false);
     assert_eq!((stats.batches, stats.items), (1, 1));
     assert_eq!(stats.partial_batch_fraction, 1.0);
+    // A publish time the writer read itself is the one readers see; one the
+    // exchange reads is of the same clock.
+    let before = exchange::now_ns();
+    assert!(again.published_ns <= before);
+    worker
+        .publish_quiet_at(1, &cartpole_record(1, 6), None, before + 7)
+        .unwrap();
+    let at = parent
+        .read_into(1, again.clock, &mut result, &mut next)
+        .unwrap()
+        .expect("newer");
+    assert_eq!(at.published_ns, before + 7);
+    assert_eq!(result, cartpole_record(1, 6));
 }
 
 /// `read_rows` reads a newer result straight into its row of batch

@@ -215,12 +215,13 @@ struct Work {
     wake_watcher: Condvar,
     /// The spare runners the watcher started.
     spares: Mutex<Vec<JoinHandle<()>>>,
-    epoch: Instant,
+    /// The origin of [`Work::now`], of [`exchange::now_ns`]'s clock.
+    epoch_ns: u64,
 }
 
 impl Work {
     fn now(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
+        exchange::now_ns().saturating_sub(self.epoch_ns)
     }
 
     /// Whether a command waits for a runner.
@@ -524,7 +525,7 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
         watcher_lock: Mutex::new(()),
         wake_watcher: Condvar::new(),
         spares: Mutex::new(Vec::new()),
-        epoch: Instant::now(),
+        epoch_ns: exchange::now_ns(),
     });
     let mut threads = Vec::with_capacity(runners + 1);
     for index in 0..runners {
@@ -794,11 +795,14 @@ fn run_commands(work: &Work, index: usize) {
                 // before it. When the command after which results first
                 // waited for a ring started.
                 let mut unrung_since: Option<u64> = None;
+                // When the last command of the scan published (one clock
+                // read per command: it is the next command's start).
+                let mut published: Option<u64> = None;
                 for local in 0..work.envs.len() {
                     let slot = work.first + local;
                     if let Ok(Some(word)) = exchange.try_take_command(slot) {
                         ran = true;
-                        start = work.now();
+                        start = published.take().unwrap_or_else(|| work.now());
                         if unrung_since.is_some_and(|since| {
                             start.saturating_sub(since) >= RING_EVERY.as_nanos() as u64
                         }) {
@@ -806,7 +810,7 @@ fn run_commands(work: &Work, index: usize) {
                             unrung_since = None;
                         }
                         activity.begin(start, unrung_since.is_some());
-                        let go_on = shm_command(work, exchange, local, word);
+                        let go_on = shm_command(work, exchange, local, word, &mut published);
                         activity.end(start, true);
                         if !go_on {
                             exchange.ring();
@@ -897,7 +901,13 @@ fn queue_command(work: &Work, local: usize, op: Op, input: &[u8]) {
 /// A command of the shm exchange: the input read from the env's slot, the
 /// op run, the result published in the slot (a failure goes over the
 /// socket). Returns false if the worker must stop.
-fn shm_command(work: &Work, exchange: &Exchange, local: usize, word: u32) -> bool {
+fn shm_command(
+    work: &Work,
+    exchange: &Exchange,
+    local: usize,
+    word: u32,
+    published: &mut Option<u64>,
+) -> bool {
     let mut guard = lock(&work.envs[local]);
     let h = &mut *guard;
     let slot = h.env;
@@ -929,15 +939,18 @@ fn shm_command(work: &Work, exchange: &Exchange, local: usize, word: u32) -> boo
     if outcome.is_ok() {
         outcome = run_op(h, op, with_input);
     }
+    // The publish time, read once: also the next command's start.
+    let now = exchange::now_ns();
+    *published = Some(now.saturating_sub(work.epoch_ns));
     let published = match outcome {
         Ok(()) => match op {
             Op::Reset => {
                 let empty = TensorDict::new(h.runner.next.batch_size());
-                exchange.publish_quiet(slot, &empty, Some(&h.runner.root))
+                exchange.publish_quiet_at(slot, &empty, Some(&h.runner.root), now)
             }
-            Op::Step => exchange.publish_quiet(slot, &h.runner.next, None),
+            Op::Step => exchange.publish_quiet_at(slot, &h.runner.next, None, now),
             Op::StepAndMaybeReset => {
-                exchange.publish_quiet(slot, &h.runner.next, Some(&h.runner.root))
+                exchange.publish_quiet_at(slot, &h.runner.next, Some(&h.runner.root), now)
             }
         }
         .map_err(|e| FromWorker::Failed {
