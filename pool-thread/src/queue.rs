@@ -176,6 +176,31 @@ impl Claim {
     }
 }
 
+/// Claims one job of `queue`: from its first chunk with any left (its last,
+/// `from_back`), dropping the spent chunks on the way. A claim from the
+/// front is the worker's own.
+fn claim_one(queue: &mut VecDeque<Arc<Chunk>>, from_back: bool) -> Option<Claim> {
+    loop {
+        let chunk = if from_back {
+            queue.back()
+        } else {
+            queue.front()
+        }?;
+        if let Some(claimed) = chunk.claim(1, from_back) {
+            return Some(Claim {
+                chunk: Arc::clone(chunk),
+                index: claimed.start,
+                own: !from_back,
+            });
+        }
+        if from_back {
+            queue.pop_back();
+        } else {
+            queue.pop_front();
+        }
+    }
+}
+
 /// A run of jobs of one chunk claimed at once (by a helping receiver).
 #[derive(Debug)]
 pub(crate) struct Claimed {
@@ -307,33 +332,8 @@ impl WorkQueue {
         }
         let n = self.queues.len();
         let own = worker % n;
-        {
-            let mut queue = lock(&self.queues[own]);
-            while let Some(front) = queue.front() {
-                if let Some(claimed) = front.claim(1, false) {
-                    return Some(Claim {
-                        chunk: Arc::clone(front),
-                        index: claimed.start,
-                        own: true,
-                    });
-                }
-                queue.pop_front();
-            }
-        }
-        for i in 1..n {
-            let mut queue = lock(&self.queues[(own + i) % n]);
-            while let Some(back) = queue.back() {
-                if let Some(claimed) = back.claim(1, true) {
-                    return Some(Claim {
-                        chunk: Arc::clone(back),
-                        index: claimed.start,
-                        own: false,
-                    });
-                }
-                queue.pop_back();
-            }
-        }
-        None
+        // Its own queue from the front, then the others' from the back.
+        (0..n).find_map(|i| claim_one(&mut lock(&self.queues[(own + i) % n]), i > 0))
     }
 
     /// Claims up to `max` jobs from the back of the first queue that has
