@@ -32,6 +32,7 @@ pub const SIZE_HEADER: usize = 4;
 /// header and the count it holds, at most all of them (a header that
 /// counts past the end, or a torn one, means the whole field).
 #[inline]
+#[cfg_attr(loom, allow(dead_code))] // its readers are not part of the loom build
 pub(crate) fn sized_len(bytes: &[u8]) -> usize {
     match bytes.first_chunk::<SIZE_HEADER>() {
         Some(header) => usize::try_from(u32::from_le_bytes(*header))

@@ -40,9 +40,8 @@ pub(crate) struct Chunk {
     op: Op,
     /// The sent tensordict, shared by every chunk of the send.
     src: Option<Arc<TensorDict>>,
-    /// The jobs (kept small: a chunk of a send to many envs is one
-    /// allocation of a few hundred bytes).
-    jobs: Box<[ChunkJob]>,
+    /// The jobs.
+    jobs: Jobs,
     /// The jobs not claimed yet, `front..back`: the front in the low 32
     /// bits, the back in the high 32. Claims move either end inward with
     /// one compare-and-swap; the chunk is spent once they meet.
@@ -58,6 +57,18 @@ struct ChunkJob {
     row: u32,
     /// Whether it takes an input.
     takes_input: bool,
+}
+
+/// A chunk's jobs.
+#[derive(Debug)]
+enum Jobs {
+    /// Envs `first..` (one per job), each from its own row of the chunk's
+    /// tensordict, all taking an input or none: a send to every env needs
+    /// no per-env entry.
+    Block { first: u32, takes_input: bool },
+    /// Any jobs (kept small: a chunk of a send to many envs is one
+    /// allocation of a few hundred bytes).
+    List(Box<[ChunkJob]>),
 }
 
 /// A [`ChunkJob`]'s row when the env takes the whole tensordict.
@@ -99,20 +110,55 @@ impl Chunk {
         Chunk {
             op,
             src,
-            jobs,
+            jobs: Jobs::List(jobs),
             span: AtomicU64::new(span(0, len)),
+        }
+    }
+
+    /// A chunk of the jobs of envs `envs` of `op`, env `j` from row `j` of
+    /// `src`, each taking an input if `takes_input`: as [`Chunk::new`] of
+    /// those jobs, with no per-env entry.
+    ///
+    /// # Panics
+    /// If `envs` ends past `u32::MAX - 1` (a pool's envs are far fewer).
+    pub(crate) fn block(
+        op: Op,
+        src: Option<Arc<TensorDict>>,
+        envs: std::ops::Range<usize>,
+        takes_input: bool,
+    ) -> Chunk {
+        let end = u32::try_from(envs.end)
+            .ok()
+            .filter(|&end| end != NO_ROW)
+            .expect("fewer than 2^32 - 1 envs");
+        // In range: `envs.start <= envs.end`, which fits.
+        let first = envs.start.min(envs.end) as u32;
+        Chunk {
+            op,
+            src,
+            jobs: Jobs::Block { first, takes_input },
+            span: AtomicU64::new(span(0, end - first)),
         }
     }
 
     /// Job `index` of the chunk.
     pub(crate) fn job(&self, index: usize) -> Job<'_> {
-        let job = self.jobs[index];
-        let row = (job.row != NO_ROW).then_some(job.row as usize);
+        let (env, row, takes_input) = match &self.jobs {
+            Jobs::Block { first, takes_input } => {
+                let env = *first as usize + index;
+                (env, Some(env), *takes_input)
+            }
+            Jobs::List(jobs) => {
+                let job = jobs[index];
+                let row = (job.row != NO_ROW).then_some(job.row as usize);
+                (job.env as usize, row, job.takes_input)
+            }
+        };
         Job {
-            env: job.env as usize,
+            env,
             op: self.op,
             input: match &self.src {
-                Some(src) if job.takes_input => Some((&**src, row)),
+                Some(src) if takes_input => Some((&**src, row)),
                 _ => None,
             },
         }
@@ -121,7 +167,7 @@ impl Chunk {
     /// The env of job `index`.
     #[cfg(test)]
     fn env(&self, index: usize) -> usize {
-        self.jobs[index].env as usize
+        self.job(index).env
     }
 
     /// Claims up to `max` jobs from the front (`from_back` false) or the
@@ -301,11 +347,16 @@ impl WorkQueue {
             // Homes are blocks in env order: the block ends where the next
             // home begins.
             let end = start + self.homes[start..].partition_point(|&h| usize::from(h) == home);
-            let chunk = Chunk::new(
-                op,
-                src.clone(),
-                (start..end).map(|env| (env, Some(env), takes_input(env))),
-            );
+            let first = takes_input(start);
+            let chunk = if (start + 1..end).all(|env| takes_input(env) == first) {
+                Chunk::block(op, src.clone(), start..end, first)
+            } else {
+                Chunk::new(
+                    op,
+                    src.clone(),
+                    (start..end).map(|env| (env, Some(env), takes_input(env))),
+                )
+            };
             lock(&self.queues[home]).push_back(Arc::new(chunk));
             start = end;
         }
@@ -511,37 +562,64 @@ mod tests {
     }
 
     /// A send to every env makes one chunk per worker's block, as the same
-    /// jobs pushed one by one do.
+    /// jobs pushed one by one do: a block (no per-env entry) when its envs
+    /// all take an input or none does, a list otherwise.
     #[test]
     fn a_send_to_every_env_is_one_chunk_per_block() {
-        for (workers, envs) in [(2, 8), (3, 7), (1, 3), (4, 2)] {
-            let every = WorkQueue::new(workers, envs);
-            every.push_every_env(Op::Step, None, |env| env % 2 == 0);
-            let jobs: Vec<(usize, Option<usize>)> = (0..envs).map(|e| (e, Some(e))).collect();
-            let each = WorkQueue::new(workers, envs);
-            each.push_jobs(Op::Step, None, &jobs, |env| env % 2 == 0);
-            let chunks = |q: &WorkQueue| -> Vec<Vec<(usize, u32, bool)>> {
-                q.queues
+        type Takes = fn(usize) -> bool;
+        let cases: [(&str, Takes); 3] = [
+            ("every env takes an input", |_| true),
+            ("none does", |_| false),
+            ("every other one does", |env| env % 2 == 0),
+        ];
+        for (case, takes_input) in cases {
+            for (workers, envs) in [(2, 8), (3, 7), (1, 3), (4, 2)] {
+                let src = Arc::new(TensorDict::new(&[envs]));
+                let every = WorkQueue::new(workers, envs);
+                every.push_every_env(Op::Step, Some(Arc::clone(&src)), takes_input);
+                let jobs: Vec<(usize, Option<usize>)> = (0..envs).map(|e| (e, Some(e))).collect();
+                let each = WorkQueue::new(workers, envs);
+                each.push_jobs(Op::Step, Some(src), &jobs, takes_input);
+                let chunks = |q: &WorkQueue| -> Vec<Vec<(usize, Option<Option<usize>>)>> {
+                    q.queues
+                        .iter()
+                        .flat_map(|queue| {
+                            lock(queue)
+                                .iter()
+                                .map(|c| {
+                                    let (front, back) = unspan(c.span.load(Ordering::Relaxed));
+                                    (front as usize..back as usize)
+                                        .map(|i| {
+                                            let job = c.job(i);
+                                            (job.env, job.input.map(|(_, row)| row))
+                                        })
+                                        .collect()
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                        .collect()
+                };
+                let what = format!("{case}: {workers} workers, {envs} envs");
+                assert_eq!(chunks(&every), chunks(&each), "{what}");
+                assert_eq!(chunks(&every).len(), workers.min(envs), "{what}");
+                let blocks = every
+                    .queues
                     .iter()
                     .flat_map(|queue| {
                         lock(queue)
                             .iter()
-                            .map(|c| {
-                                c.jobs
-                                    .iter()
-                                    .map(|j| (j.env as usize, j.row, j.takes_input))
-                                    .collect()
-                            })
+                            .map(|c| matches!(c.jobs, Jobs::Block { .. }))
                             .collect::<Vec<_>>()
                     })
-                    .collect()
-            };
-            assert_eq!(
-                chunks(&every),
-                chunks(&each),
-                "{workers} workers, {envs} envs"
-            );
-            assert_eq!(chunks(&every).len(), workers.min(envs));
+                    .collect::<Vec<_>>();
+                // A block of one env is always uniform.
+                let uniform = case != "every other one does" || envs / workers.min(envs) == 1;
+                if uniform {
+                    assert!(blocks.iter().all(|&b| b), "{what}: {blocks:?}");
+                } else {
+                    assert!(blocks.iter().any(|&b| !b), "{what}: {blocks:?}");
+                }
+            }
         }
     }
 
