@@ -155,6 +155,28 @@ impl Arrays {
     /// into the call's buffer; `None`, planning nothing, for any other
     /// value (or a ragged one).
     pub(crate) fn add_ints(&mut self, value: &NonTensor) -> PyResult<Option<usize>> {
+        if let NonTensor::Stack(items) = value {
+            // A flat stack of ints (the `env_index` of unbatched envs): its
+            // shape is its length, found without a look at each item's.
+            let start = self.buffer.len();
+            self.buffer.reserve(items.len());
+            let flat = items.iter().all(|item| match item {
+                NonTensor::Int(v) => {
+                    self.buffer.push(*v as u64);
+                    true
+                }
+                _ => false,
+            });
+            if flat {
+                self.planned.push(Planned {
+                    dtype: DType::I64,
+                    dims: dims_of(&[items.len()])?,
+                    place: Place::Buffer(start * 8),
+                });
+                return Ok(Some(self.planned.len() - 1));
+            }
+            self.buffer.truncate(start);
+        }
         let shape = value.shape();
         let dims = dims_of(&shape)?;
         let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
