@@ -329,7 +329,7 @@ impl<'a> Reader<'a> {
     fn tensor(&mut self) -> Result<Tensor, DecodeError> {
         let at = self.0.position();
         let tag = self.0.u8("dtype")?;
-        let dtype = DType::from_tag(tag).ok_or(DecodeError::UnknownTag {
+        let dtype = DType::from_tag(tag).ok_or_else(|| DecodeError::UnknownTag {
             what: "dtype",
             tag,
             at,

@@ -87,7 +87,7 @@ impl TensorDict {
         let (&len, rest) = self
             .batch_size()
             .split_first()
-            .ok_or(TensorDictError::ZeroDim { what: "row copy" })?;
+            .ok_or_else(|| TensorDictError::ZeroDim { what: "row copy" })?;
         for (&row, src) in at.iter().zip(rows) {
             if row >= len || !same_shape(rest, src.batch_size()) {
                 self.check_row(row, src.batch_size())?;
@@ -104,7 +104,7 @@ impl TensorDict {
         let len = *self
             .batch_size()
             .first()
-            .ok_or(TensorDictError::ZeroDim { what: "row gather" })?;
+            .ok_or_else(|| TensorDictError::ZeroDim { what: "row gather" })?;
         if let Some(&index) = rows.iter().find(|&&r| r >= len) {
             return Err(TensorDictError::IndexOutOfRange { index, len });
         }
@@ -156,7 +156,7 @@ impl TensorDict {
         let len = *self
             .batch_size()
             .first()
-            .ok_or(TensorDictError::ZeroDim { what: "row gather" })?;
+            .ok_or_else(|| TensorDictError::ZeroDim { what: "row gather" })?;
         if let Some(&index) = rows.iter().find(|&&r| r >= len) {
             return Err(TensorDictError::IndexOutOfRange { index, len });
         }
@@ -294,7 +294,7 @@ impl TensorDict {
         let (&len, rest) = self
             .batch_size()
             .split_first()
-            .ok_or(TensorDictError::ZeroDim { what: "row copy" })?;
+            .ok_or_else(|| TensorDictError::ZeroDim { what: "row copy" })?;
         if !same_shape(rest, row_batch) {
             return Err(TensorDictError::StackBatchSize {
                 index: row,
@@ -400,13 +400,13 @@ fn copy_row_at(
             (Entry::NonTensor(NonTensor::Stack(items)), Entry::NonTensor(v))
                 if row < items.len() =>
             {
-                items[row] = v
-                    .index(src_row)
-                    .cloned()
-                    .ok_or(TensorDictError::IndexOutOfRange {
-                        index: src_row,
-                        len: v.unbind().map_or(0, <[NonTensor]>::len),
-                    })?;
+                items[row] =
+                    v.index(src_row)
+                        .cloned()
+                        .ok_or_else(|| TensorDictError::IndexOutOfRange {
+                            index: src_row,
+                            len: v.unbind().map_or(0, <[NonTensor]>::len),
+                        })?;
             }
             (Entry::Dict(dst), Entry::Dict(d)) => {
                 copy_row_at(dst, row, d, src_row, &prefix.child(name))?
@@ -796,16 +796,16 @@ fn read_at(
                 copy_bytes(t.bytes_mut(), row_bytes(src, row, n));
             }
             (Entry::NonTensor(v), Entry::NonTensor(src)) => {
-                *v = match row {
-                    None => src.clone(),
-                    Some(r) => src
-                        .index(r)
-                        .cloned()
-                        .ok_or(TensorDictError::IndexOutOfRange {
-                            index: r,
-                            len: src.unbind().map_or(0, <[NonTensor]>::len),
+                *v =
+                    match row {
+                        None => src.clone(),
+                        Some(r) => src.index(r).cloned().ok_or_else(|| {
+                            TensorDictError::IndexOutOfRange {
+                                index: r,
+                                len: src.unbind().map_or(0, <[NonTensor]>::len),
+                            }
                         })?,
-                };
+                    };
             }
             (Entry::Dict(d), Entry::Dict(src)) => {
                 let key = prefix.child(name);

@@ -8,7 +8,7 @@ use crate::tensordict::fmt_entry;
 use crate::{Entry, KeyLike, NestedKey, NonTensor, Tensor, TensorDict, TensorDictError};
 
 fn check_batch_sizes(parts: &[TensorDict]) -> Result<(), TensorDictError> {
-    let first = parts.first().ok_or(TensorDictError::EmptyStack)?;
+    let first = parts.first().ok_or_else(|| TensorDictError::EmptyStack)?;
     for (index, td) in parts.iter().enumerate().skip(1) {
         if td.batch_size() != first.batch_size() {
             return Err(TensorDictError::StackBatchSize {
@@ -232,7 +232,7 @@ impl LazyStackedTensorDict {
     pub fn index(&self, index: usize) -> Result<&TensorDict, TensorDictError> {
         self.parts
             .get(index)
-            .ok_or(TensorDictError::IndexOutOfRange {
+            .ok_or_else(|| TensorDictError::IndexOutOfRange {
                 index,
                 len: self.parts.len(),
             })

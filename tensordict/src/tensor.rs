@@ -393,7 +393,7 @@ impl Tensor {
         let (&len, rest) = self
             .shape
             .split_first()
-            .ok_or(TensorDictError::ZeroDim { what: "index" })?;
+            .ok_or_else(|| TensorDictError::ZeroDim { what: "index" })?;
         if index >= len {
             return Err(TensorDictError::IndexOutOfRange { index, len });
         }
@@ -412,7 +412,7 @@ impl Tensor {
         let len = *self
             .shape
             .first()
-            .ok_or(TensorDictError::ZeroDim { what: "unbind" })?;
+            .ok_or_else(|| TensorDictError::ZeroDim { what: "unbind" })?;
         (0..len).map(|i| self.index(i)).collect()
     }
 
@@ -422,7 +422,7 @@ impl Tensor {
     /// (as the rows that [`Tensor::unbind`] returns); otherwise copies each
     /// into a new storage.
     pub fn stack(tensors: &[Tensor]) -> Result<Tensor, TensorDictError> {
-        let first = tensors.first().ok_or(TensorDictError::EmptyStack)?;
+        let first = tensors.first().ok_or_else(|| TensorDictError::EmptyStack)?;
         for (index, t) in tensors.iter().enumerate().skip(1) {
             if t.dtype != first.dtype || t.shape != first.shape {
                 return Err(TensorDictError::StackTensors {

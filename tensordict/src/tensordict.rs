@@ -84,7 +84,7 @@ impl Entry {
                 Entry::NonTensor(
                     v.index(index)
                         .cloned()
-                        .ok_or(TensorDictError::IndexOutOfRange { index, len })?,
+                        .ok_or_else(|| TensorDictError::IndexOutOfRange { index, len })?,
                 )
             }
         })
@@ -618,7 +618,7 @@ impl TensorDict {
         let len = *self
             .batch_size
             .first()
-            .ok_or(TensorDictError::ZeroDim { what: "index" })?;
+            .ok_or_else(|| TensorDictError::ZeroDim { what: "index" })?;
         if index >= len {
             return Err(TensorDictError::IndexOutOfRange { index, len });
         }
@@ -638,7 +638,7 @@ impl TensorDict {
         let len = *self
             .batch_size
             .first()
-            .ok_or(TensorDictError::ZeroDim { what: "unbind" })?;
+            .ok_or_else(|| TensorDictError::ZeroDim { what: "unbind" })?;
         (0..len).map(|i| self.index(i)).collect()
     }
 
