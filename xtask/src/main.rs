@@ -9,7 +9,9 @@
 //! `cargo xtask bench` runs the benchmarks; `cargo xtask bench --anchors`
 //! measures rlpool side by side with EnvPool, PufferLib and Gymnasium (see
 //! `anchors.rs`); `cargo xtask perf-report` regenerates the table of current
-//! figures in `docs/performance.md` (see `report.rs`); `cargo xtask fuzz` builds the fuzz targets of `fuzz/`
+//! figures in `docs/performance.md` (see `report.rs`); `cargo xtask
+//! instructions` counts instructions per env-step with callgrind (see
+//! `instructions.rs`); `cargo xtask fuzz` builds the fuzz targets of `fuzz/`
 //! with libFuzzer and runs them; `cargo xtask soak` runs the soak test. The
 //! binary needs nothing but cargo and rustc (and, for `fuzz`, a C++
 //! compiler; for `test-all` and `python`, a Python 3.11 or later with `venv`
@@ -18,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 mod anchors;
+mod instructions;
 mod python;
 mod ray;
 mod report;
@@ -75,6 +78,12 @@ commands:
              the table of current figures in docs/performance.md with the
              date, commit and machine; --smoke: a debug build, a few samples,
              the table printed, nothing written
+  instructions [--modes raw,sync,sync_samr] [--envs 64] [--env CartPole-v1]
+             issue 17's instruction counts: pool/examples/profile_pool.rs under
+             valgrind's callgrind at two iteration counts, the calling thread's
+             and the workers' instructions per env-step (the difference over the
+             env-steps between), the whole pool over the raw loop; needs valgrind;
+             files in target/instructions
   test-ray [pytest arguments...]
              rlpool.ray on a local two-node Ray cluster (see ray.rs): its own venv in
              target/ray/venv from python/requirements-ray.txt (PyPI, reused), the
@@ -95,6 +104,7 @@ fn main() -> ExitCode {
         Some("soak") => soak(&rest),
         Some("fuzz") => fuzz(&rest),
         Some("perf-report") => report::run(&rest),
+        Some("instructions") => instructions::run(&rest),
         Some("test-ray") => ray::command(&rest),
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{USAGE}");

@@ -1,0 +1,239 @@
+//! `cargo xtask instructions`: issue 17's instruction counts, the
+//! calling thread's and the workers' instructions per env-step, counted by
+//! callgrind (which counts instructions, not seconds: the figures do not
+//! depend on the machine's load).
+//!
+//! For each mode of `pool/examples/profile_pool.rs` (`raw`, `sync`,
+//! `sync_samr`, ...) it runs the example twice under `valgrind
+//! --tool=callgrind --separate-threads=yes`, at [`SHORT`] and [`LONG`]
+//! iterations, and divides the difference of each thread's total by the
+//! env-steps in between, so that building and dropping the pool cancel
+//! out. Thread 1 is the calling thread; every other thread is a worker.
+//! Under valgrind an env step takes about 50 times longer, so a worker
+//! publishes each result alone: the workers' figure overstates what the
+//! copies into the batch rows cost natively. The process backend's
+//! workers are other processes, which callgrind does not follow to their
+//! end (the pool stops them): only the thread backend is counted.
+//!
+//! The output files stay under `target/instructions/` for
+//! `callgrind_annotate`.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::{cargo, root, step};
+
+/// The iterations of the shorter run.
+const SHORT: usize = 200;
+/// The iterations of the longer run.
+const LONG: usize = 1200;
+
+/// Issue 17's goals: the calling thread's instructions per env-step in a
+/// synchronous step, and the whole pool's over the raw loop's.
+const CALLER_GOAL: f64 = 150.0;
+const WHOLE_GOAL: f64 = 1.3;
+
+/// What one run of the example counted: per thread (callgrind's numbering,
+/// 1 the calling thread), its instructions.
+type Counts = BTreeMap<u32, u64>;
+
+/// Runs the counts; `args` are what followed `instructions`.
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    let mut modes = vec!["raw".to_string(), "sync".into(), "sync_samr".into()];
+    let mut envs = 64usize;
+    let mut env = "CartPole-v1".to_string();
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        let mut value = |name: &str| {
+            iter.next()
+                .cloned()
+                .ok_or_else(|| format!("instructions: {name} needs a value"))
+        };
+        match arg.as_str() {
+            "--modes" => modes = value("--modes")?.split(',').map(str::to_owned).collect(),
+            "--envs" => {
+                let text = value("--envs")?;
+                envs = text
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| format!("instructions: --envs {text} is not a count"))?;
+            }
+            "--env" => env = value("--env")?,
+            other => {
+                return Err(format!(
+                    "instructions: unknown argument `{other}` (takes --modes m,m,... \
+                     --envs N --env NAME)"
+                ))
+            }
+        }
+    }
+    let status = Command::new("valgrind")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status();
+    if !status.is_ok_and(|s| s.success()) {
+        return Err("instructions: needs valgrind (Debian's valgrind package)".into());
+    }
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--release",
+        "-p",
+        "pool",
+        "--example",
+        "profile_pool",
+    ]);
+    step("cargo build --release (profile_pool)", build)?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    let binary = target.join("release").join("examples").join("profile_pool");
+    let out = target.join("instructions");
+
+    let mut rows = Vec::new();
+    for mode in &modes {
+        let dir = out.join(mode);
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).map_err(|err| format!("{}: {err}", dir.display()))?;
+        let mut counts = Vec::new();
+        for iters in [SHORT, LONG] {
+            let mut valgrind = Command::new("valgrind");
+            valgrind
+                .current_dir(&dir)
+                .args(["--tool=callgrind", "--separate-threads=yes"])
+                .arg(format!(
+                    "--callgrind-out-file={}/cg.{iters}.%p",
+                    dir.display()
+                ))
+                .arg(&binary)
+                .args([mode.as_str(), &envs.to_string(), &iters.to_string(), &env])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            step(
+                &format!("callgrind: profile_pool {mode} {envs} {iters} {env}"),
+                valgrind,
+            )?;
+            counts.push(read_counts(&dir, iters)?);
+        }
+        let steps = ((LONG - SHORT) * envs) as f64;
+        let (caller, workers) = per_env_step(&counts[0], &counts[1], steps);
+        rows.push((mode.clone(), caller, workers));
+    }
+
+    let raw = rows
+        .iter()
+        .find(|(mode, ..)| mode == "raw")
+        .map(|&(_, caller, workers)| caller + workers);
+    println!();
+    println!(
+        "instructions per env-step, {env} x {envs} (callgrind, {LONG} - {SHORT} iterations; \
+         files in {})",
+        out.display()
+    );
+    println!("| mode | calling thread | workers | whole | whole / raw loop |");
+    println!("|---|---|---|---|---|");
+    for (mode, caller, workers) in &rows {
+        let whole = caller + workers;
+        let over = raw.map_or("".to_string(), |raw| format!("{:.2}x", whole / raw));
+        println!("| {mode} | {caller:.0} | {workers:.0} | {whole:.0} | {over} |");
+    }
+    if let (Some((_, caller, workers)), Some(raw)) =
+        (rows.iter().find(|(mode, ..)| mode == "sync"), raw)
+    {
+        println!(
+            "issue 17's goals (sync): calling thread {caller:.0} (at most {CALLER_GOAL:.0}), \
+             whole pool {:.2}x the raw loop (at most {WHOLE_GOAL}x)",
+            (caller + workers) / raw
+        );
+    }
+    Ok(())
+}
+
+/// The counts of the run of `iters` iterations: every callgrind output file
+/// of it in `dir` (one per thread).
+fn read_counts(dir: &Path, iters: usize) -> Result<Counts, String> {
+    let prefix = format!("cg.{iters}.");
+    let mut counts = Counts::new();
+    let entries = fs::read_dir(dir).map_err(|err| format!("{}: {err}", dir.display()))?;
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(&prefix) {
+            continue;
+        }
+        let text = fs::read_to_string(entry.path())
+            .map_err(|err| format!("{}: {err}", entry.path().display()))?;
+        if let Some((thread, total)) = parse_counts(&text) {
+            *counts.entry(thread).or_default() += total;
+        }
+    }
+    if counts.is_empty() {
+        return Err(format!(
+            "instructions: no callgrind output for {iters} iterations in {}",
+            dir.display()
+        ));
+    }
+    Ok(counts)
+}
+
+/// The thread number and total instructions of one callgrind output file;
+/// `None` for a file without a total (callgrind writes an empty one for
+/// the process itself when threads are separated). A file without a
+/// thread line is thread 1.
+fn parse_counts(text: &str) -> Option<(u32, u64)> {
+    let mut thread = 1;
+    for line in text.lines() {
+        if let Some(n) = line.strip_prefix("thread: ") {
+            thread = n.trim().parse().ok()?;
+        }
+        if let Some(total) = line
+            .strip_prefix("summary: ")
+            .or_else(|| line.strip_prefix("totals: "))
+        {
+            return Some((thread, total.split_whitespace().next()?.parse().ok()?));
+        }
+    }
+    None
+}
+
+/// The calling thread's and the workers' instructions per env-step between
+/// two runs (`steps` env-steps apart).
+fn per_env_step(short: &Counts, long: &Counts, steps: f64) -> (f64, f64) {
+    let caller = |c: &Counts| c.get(&1).copied().unwrap_or(0) as f64;
+    let workers = |c: &Counts| {
+        c.iter()
+            .filter(|(&thread, _)| thread != 1)
+            .map(|(_, &n)| n as f64)
+            .sum::<f64>()
+    };
+    (
+        (caller(long) - caller(short)) / steps,
+        (workers(long) - workers(short)) / steps,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread's file gives its number and total; the process's empty
+    /// file gives nothing.
+    #[test]
+    fn counts_come_from_the_thread_and_summary_lines() {
+        let file = "# callgrind format\nversion: 1\npid: 8513\npart: 1\nthread: 3\n\n\
+                    events: Ir\nsummary: 3277418\ntotals: 3277418\n";
+        assert_eq!(parse_counts(file), Some((3, 3_277_418)));
+        assert_eq!(parse_counts("version: 1\nsummary: 12\n"), Some((1, 12)));
+        assert_eq!(parse_counts("# callgrind format\nversion: 1\n"), None);
+    }
+
+    /// The difference of two runs, per env-step, split into the calling
+    /// thread and the rest.
+    #[test]
+    fn per_env_step_is_the_difference_over_the_steps() {
+        let short = Counts::from([(1, 1_000), (2, 500), (3, 500)]);
+        let long = Counts::from([(1, 3_000), (2, 2_500), (3, 1_500)]);
+        assert_eq!(per_env_step(&short, &long, 100.0), (20.0, 30.0));
+    }
+}
