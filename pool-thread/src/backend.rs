@@ -212,7 +212,9 @@ impl ThreadBackend {
         let mut checked = Checked::default();
         let rows = src.and_then(|src| src.batch_size().first().copied());
         let takes_input = |env: usize| op != Op::Reset || self.inputs.reset_takes_input[env];
-        for &(env, row) in jobs {
+        // A send to every env of one kind: one check for all.
+        let checked_all = every_env && self.inputs.check_every_env(op, src).is_some();
+        for &(env, row) in jobs.iter().take(if checked_all { 0 } else { jobs.len() }) {
             match src {
                 // Only state entries travel into a reset, when the env has any.
                 _ if !takes_input(env) => {}

@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 
 use envs::EnvSpecs;
-use pool_core::lock;
+use pool_core::{lock, Op};
 use tensordict::TensorDict;
 
 use super::cell::{copy_input, Cell};
@@ -22,6 +22,10 @@ pub(super) struct Inputs {
     /// Per env: whether a reset is given the sent state entries (the env
     /// has state entries).
     pub(super) reset_takes_input: Vec<bool>,
+    /// Whether every env's input buffer is of one kind and every env's
+    /// reset takes an input or none does: a send to every env is then
+    /// checked once ([`Inputs::check_every_env`]).
+    uniform: bool,
 }
 
 impl Inputs {
@@ -40,11 +44,38 @@ impl Inputs {
             });
             reset_takes_input.push(!input.is_empty() && !specs.full_state_spec().is_empty());
         }
+        let uniform = templates.len() <= 1 && reset_takes_input.windows(2).all(|w| w[0] == w[1]);
         Inputs {
             kind,
             scratch: templates.into_iter().map(owned).map(Mutex::new).collect(),
             reset_takes_input,
+            uniform,
         }
+    }
+
+    /// Checks a send of `op` to every env, env `j` from row `j` of `src`,
+    /// at once when the envs are alike (one kind of input buffer, and
+    /// resets that all take an input or none): `Some(())` if every env's
+    /// input can be filled, as [`Inputs::check`] of each would find;
+    /// `None` when the envs must be checked one by one (they differ, or an
+    /// input does not fit: the checks one by one then name the first env
+    /// whose input is wrong, with its error).
+    pub(super) fn check_every_env(&self, op: Op, src: Option<&TensorDict>) -> Option<()> {
+        let last = self.kind.len().checked_sub(1)?;
+        if !self.uniform {
+            return None;
+        }
+        if op == Op::Reset && !self.reset_takes_input[0] {
+            // No env takes an input: nothing to check.
+            return Some(());
+        }
+        let src = src?;
+        // Every row's index is in range when the last one is; the rows
+        // share one layout, and so do the envs' buffers.
+        if src.batch_size().first().is_none_or(|&rows| last >= rows) {
+            return None;
+        }
+        copy_input(src, Some(last), &mut lock(&self.scratch[0])).ok()
     }
 
     /// Checks that env `env`'s input buffer can be filled from `src` (row

@@ -181,3 +181,46 @@ fn a_worker_that_cannot_pin_itself_reports_it_and_stops() {
         "{err}"
     );
 }
+
+/// A send to every env of one kind is checked once, and reports what the
+/// checks env by env would: a good input queues every env; too few rows
+/// name the first env past them, a wrong dtype the first env, and neither
+/// queues anything.
+#[test]
+fn a_send_to_every_env_is_checked_as_env_by_env() {
+    let factories: Vec<EnvFactory> = (0..3)
+        .map(|_| Box::new(|| Ok(Box::new(CountingEnv::new(0, 100)) as Box<dyn Env>)) as EnvFactory)
+        .collect();
+    let options = ThreadOptions::default().threads(1);
+    let backend = ThreadBackend::start(factories, &options, Rows::Batch).unwrap();
+    let every: Vec<(usize, Option<usize>)> = (0..3).map(|env| (env, Some(env))).collect();
+    backend.send(Op::Reset, &every, None).unwrap();
+    collect(&backend, 3);
+    let actions = |rows: usize, value: tensordict::Tensor| {
+        let mut td = TensorDict::new(&[rows]);
+        td.set("action", value).unwrap();
+        td
+    };
+    let idle = |backend: &ThreadBackend| (0..3).all(|env| backend.shared.phases.is_idle(env));
+
+    let short = actions(2, tensordict::Tensor::full(&[2, 1], 1i64));
+    match backend.send(Op::Step, &every, Some(&short)) {
+        Err(ThreadError::Input { env: 2, .. }) => {}
+        other => panic!("expected env 2's input error, got {other:?}"),
+    }
+    assert!(idle(&backend), "a failed send queues nothing");
+    let floats = actions(3, tensordict::Tensor::full(&[3, 1], 1.0f32));
+    match backend.send(Op::Step, &every, Some(&floats)) {
+        Err(ThreadError::Input { env: 0, .. }) => {}
+        other => panic!("expected env 0's input error, got {other:?}"),
+    }
+    assert!(idle(&backend), "a failed send queues nothing");
+    match backend.send(Op::Step, &every, None) {
+        Err(ThreadError::Input { env: 0, .. }) => {}
+        other => panic!("expected env 0's missing action, got {other:?}"),
+    }
+
+    let good = actions(3, tensordict::Tensor::full(&[3, 1], 1i64));
+    backend.send(Op::Step, &every, Some(&good)).unwrap();
+    collect(&backend, 3);
+}
