@@ -138,14 +138,28 @@ impl BatchRows {
         if envs.iter().any(|&env| self.flags[env] & want != want) {
             return None;
         }
+        debug_assert!(
+            envs.windows(2).all(|w| w[0] < w[1]),
+            "envs distinct, ascending"
+        );
+        // Distinct and ascending: as many as there are envs is every env
+        // in order, the batches themselves (no look at each index).
+        let every = envs.len() == self.num_envs();
         let [next_cache, root_cache] = &mut self.gathered;
+        let gather = |batch: &TensorDict, cache: &mut Option<TensorDict>| {
+            if every {
+                Some(batch.clone())
+            } else {
+                batch.gather_rows_reusing(envs, cache).ok()
+            }
+        };
         let next = if want & NEXT_ROW != 0 {
-            Some(self.next.gather_rows_reusing(envs, next_cache).ok()?)
+            Some(gather(&self.next, next_cache)?)
         } else {
             None
         };
         let root = if want & ROOT_ROW != 0 {
-            Some(self.root.gather_rows_reusing(envs, root_cache).ok()?)
+            Some(gather(&self.root, root_cache)?)
         } else {
             None
         };

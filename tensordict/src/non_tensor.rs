@@ -16,7 +16,7 @@ use crate::Shape;
 /// assert_eq!(env_index.index(1), Some(&NonTensor::Int(1)));
 /// assert_eq!(env_index.as_int_vec(), Some(vec![0, 1, 2]));
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub enum NonTensor {
     /// An integer.
     Int(i64),
@@ -132,6 +132,34 @@ impl NonTensor {
     }
 }
 
+impl Clone for NonTensor {
+    fn clone(&self) -> NonTensor {
+        match self {
+            NonTensor::Int(v) => NonTensor::Int(*v),
+            NonTensor::Float(v) => NonTensor::Float(*v),
+            NonTensor::Bool(v) => NonTensor::Bool(*v),
+            NonTensor::Str(v) => NonTensor::Str(v.clone()),
+            NonTensor::Stack(items) => NonTensor::Stack(clone_items(items)),
+        }
+    }
+}
+
+/// A stack's items cloned, the scalars in the loop itself: a batch's
+/// `env_index` (one `Int` per env) is cloned for every batch, and the
+/// derived clone made a call per item.
+fn clone_items(items: &[NonTensor]) -> Vec<NonTensor> {
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        out.push(match item {
+            NonTensor::Int(v) => NonTensor::Int(*v),
+            NonTensor::Float(v) => NonTensor::Float(*v),
+            NonTensor::Bool(v) => NonTensor::Bool(*v),
+            other => other.clone(),
+        });
+    }
+    out
+}
+
 impl fmt::Display for NonTensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -192,6 +220,30 @@ impl<T: Into<NonTensor>> From<Vec<T>> for NonTensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A clone equals its original, for every kind of value and for
+    /// stacks of mixed and nested values.
+    #[test]
+    fn a_clone_is_equal() {
+        let values = [
+            NonTensor::Int(-3),
+            NonTensor::Float(0.5),
+            NonTensor::Bool(true),
+            NonTensor::from("é"),
+            NonTensor::Stack(Vec::new()),
+            NonTensor::from(vec![0i64, 1, 2]),
+            NonTensor::Stack(vec![
+                NonTensor::Int(1),
+                NonTensor::Float(2.0),
+                NonTensor::Bool(false),
+                NonTensor::from("s"),
+                NonTensor::from(vec![NonTensor::Int(4)]),
+            ]),
+        ];
+        for value in values {
+            assert_eq!(value.clone(), value);
+        }
+    }
 
     /// `shape_starts_with` agrees with `shape().starts_with` on values,
     /// stacks, nested stacks and ragged stacks, for prefixes of every depth.
