@@ -213,8 +213,13 @@ impl ThreadBackend {
         let rows = src.and_then(|src| src.batch_size().first().copied());
         let takes_input = |env: usize| op != Op::Reset || self.inputs.reset_takes_input[env];
         // A send to every env of one kind: one check for all.
-        let checked_all = every_env && self.inputs.check_every_env(op, src).is_some();
-        for &(env, row) in jobs.iter().take(if checked_all { 0 } else { jobs.len() }) {
+        let to_check: &[(usize, Option<usize>)] =
+            if every_env && self.inputs.check_every_env(op, src).is_some() {
+                &[]
+            } else {
+                jobs
+            };
+        for &(env, row) in to_check {
             match src {
                 // Only state entries travel into a reset, when the env has any.
                 _ if !takes_input(env) => {}
