@@ -964,6 +964,30 @@ fn statistics_track_the_time_until_the_actions_are_sent() {
     assert!((0.0..=1.0).contains(&stats.consumer_busy_fraction));
     assert_eq!(stats.batch_fill_ratio, 1.0);
     assert_eq!(stats.partial_batch_fraction, 0.0);
+
+    // A send time the parent read itself (`post_at`, once for a whole
+    // send) is the one the statistics count: a second later than now.
+    for slot in 0..2 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        assert_eq!(
+            worker.wait_command(slot, Some(deadline)).unwrap(),
+            Some(STEP)
+        );
+    }
+    worker.publish(0, &cartpole_record(0, 2)).unwrap();
+    worker.publish(1, &cartpole_record(1, 2)).unwrap();
+    assert_eq!(parent.receive(Receive::new().min_get(2)).unwrap().len(), 2);
+    parent.stats(true);
+    let later = exchange::now_ns() + 1_000_000_000;
+    for slot in 0..2 {
+        parent.write_input(slot, &action).unwrap();
+        parent.post_at(slot, STEP, later).unwrap();
+    }
+    let dwell = parent.stats(false).avg_batch_to_action;
+    assert!(
+        (Duration::from_millis(999)..Duration::from_secs(2)).contains(&dwell),
+        "{dwell:?}"
+    );
 }
 
 /// The parent API of a reader that keeps its own account (the process

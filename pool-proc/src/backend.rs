@@ -333,6 +333,8 @@ impl ProcBackend {
         }
         let mut failed = false;
         let mut rung = vec![false; self.shared.workers.len()];
+        // One send time for every command of the send.
+        let sent_ns = self.shared.shm.as_ref().map_or(0, |_| exchange::now_ns());
         for (&(env, row), &input) in jobs.iter().zip(&with_input) {
             let slot = &self.shared.slots[env];
             let worker = &self.shared.workers[self.shared.worker_of[env]];
@@ -354,7 +356,7 @@ impl ProcBackend {
                             _ => Ok(()),
                         };
                         written
-                            .and_then(|()| shm.post(env, command_word(op, input)))
+                            .and_then(|()| shm.post_at(env, command_word(op, input), sent_ns))
                             .map_err(|e| ProcError::Shm {
                                 message: format!("env {env}: {e}"),
                             })

@@ -62,6 +62,13 @@ impl Exchange {
     /// ends the slot's lease in the statistics. An error if the previous
     /// command was not taken yet.
     pub fn post(&self, slot: usize, command: u32) -> Result<(), WriteError> {
+        self.post_at(slot, command, now_ns())
+    }
+
+    /// [`Exchange::post`] with the send time given (`sent_ns`, of
+    /// [`now_ns`]'s clock), for a parent that posts a command to many slots
+    /// at once: it reads the clock once per send, not once per slot.
+    pub fn post_at(&self, slot: usize, command: u32, sent_ns: u64) -> Result<(), WriteError> {
         self.check_write_slot(slot)?;
         if command < FIRST_COMMAND {
             return Err(WriteError::ReservedCommand {
@@ -72,14 +79,13 @@ impl Exchange {
         if let Some(pending) = self.pending_command(slot) {
             return Err(WriteError::CommandPending { slot, pending });
         }
-        let now = now_ns();
         // Relaxed: published by the Release exchange in `command::post`.
         self.shared
             .word64(slot, slot_header::SENT_NS_OFFSET)
-            .store(now, Ordering::Relaxed);
+            .store(sent_ns, Ordering::Relaxed);
         command::post(self.shared.command(slot), command)
             .map_err(|pending| WriteError::CommandPending { slot, pending })?;
-        self.lock_stats().record_action(slot, now);
+        self.lock_stats().record_action(slot, sent_ns);
         Ok(())
     }
 
