@@ -177,6 +177,20 @@ impl ThreadBackend {
         jobs: &[(usize, Option<usize>)],
         src: Option<&TensorDict>,
     ) -> Result<(), ThreadError> {
+        self.send_shared(op, jobs, src.map(|src| Arc::new(src.clone())).as_ref())
+    }
+
+    /// [`ThreadBackend::send`] of a tensordict the caller already shares:
+    /// the queued jobs take another reference to it rather than a clone
+    /// (the facade keeps each send's input in an `Arc` anyway).
+    #[doc(hidden)]
+    pub fn send_shared(
+        &self,
+        op: Op,
+        jobs: &[(usize, Option<usize>)],
+        shared_src: Option<&Arc<TensorDict>>,
+    ) -> Result<(), ThreadError> {
+        let src = shared_src.map(|src| &**src);
         // A send to every env, env `j` from row `j` (the synchronous path):
         // each env addressed once by construction, queued as one chunk per
         // worker's block.
@@ -250,7 +264,7 @@ impl ThreadBackend {
             self.shared.phases.queue(env);
         }
         // The jobs go straight into the workers' queues, a chunk per worker.
-        let shared_src = src.map(|src| Arc::new(src.clone()));
+        let shared_src = shared_src.cloned();
         if every_env {
             self.shared
                 .queue

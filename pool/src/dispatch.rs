@@ -2,6 +2,7 @@
 //! method (crossbeam's flavors): backend internals never appear in the
 //! facade's API.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use envs::EnvSpecs;
@@ -61,11 +62,11 @@ impl Dispatch {
         &self,
         op: Op,
         jobs: &[(usize, Option<usize>)],
-        src: Option<&TensorDict>,
+        src: Option<&Arc<TensorDict>>,
     ) -> Result<(), PoolError> {
         match self {
-            Dispatch::Threads(b) => Ok(b.send(op, jobs, src)?),
-            Dispatch::Procs(b) => Ok(b.send(op, jobs, src)?),
+            Dispatch::Threads(b) => Ok(b.send_shared(op, jobs, src)?),
+            Dispatch::Procs(b) => Ok(b.send(op, jobs, src.map(|src| &**src))?),
         }
     }
 

@@ -267,7 +267,7 @@ impl AsyncEnvPool {
                 book.send(op, per_env, &jobs, td.clone());
             }
         }
-        if let Err(err) = self.backend().send(op, &jobs, td.as_deref()) {
+        if let Err(err) = self.backend().send(op, &jobs, td.as_ref()) {
             self.book().unsend(op, per_env, &jobs);
             // A receiver may be waiting for these envs.
             self.backend().wake_receivers();
