@@ -228,7 +228,7 @@ impl ThreadBackend {
         let takes_input = |env: usize| op != Op::Reset || self.inputs.reset_takes_input[env];
         // A send to every env of one kind: one check for all.
         let to_check: &[(usize, Option<usize>)] =
-            if every_env && self.inputs.check_every_env(op, src).is_some() {
+            if every_env && self.inputs.check_every_env(op, src) {
                 &[]
             } else {
                 jobs

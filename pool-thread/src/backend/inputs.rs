@@ -55,27 +55,30 @@ impl Inputs {
 
     /// Checks a send of `op` to every env, env `j` from row `j` of `src`,
     /// at once when the envs are alike (one kind of input buffer, and
-    /// resets that all take an input or none): `Some(())` if every env's
-    /// input can be filled, as [`Inputs::check`] of each would find;
-    /// `None` when the envs must be checked one by one (they differ, or an
-    /// input does not fit: the checks one by one then name the first env
-    /// whose input is wrong, with its error).
-    pub(super) fn check_every_env(&self, op: Op, src: Option<&TensorDict>) -> Option<()> {
-        let last = self.kind.len().checked_sub(1)?;
+    /// resets that all take an input or none): true if every env's input
+    /// can be filled, as [`Inputs::check`] of each would find; false when
+    /// the envs must be checked one by one (they differ, or an input does
+    /// not fit: the checks one by one then name the first env whose input
+    /// is wrong, with its error).
+    pub(super) fn check_every_env(&self, op: Op, src: Option<&TensorDict>) -> bool {
+        let Some(last) = self.kind.len().checked_sub(1) else {
+            return false;
+        };
         if !self.uniform {
-            return None;
+            return false;
         }
         if op == Op::Reset && !self.reset_takes_input[0] {
             // No env takes an input: nothing to check.
-            return Some(());
+            return true;
         }
-        let src = src?;
         // Every row's index is in range when the last one is; the rows
         // share one layout, and so do the envs' buffers.
-        if src.batch_size().first().is_none_or(|&rows| last >= rows) {
-            return None;
+        match src {
+            Some(src) if src.batch_size().first().is_some_and(|&rows| last < rows) => {
+                copy_input(src, Some(last), &mut lock(&self.scratch[0])).is_ok()
+            }
+            _ => false,
         }
-        copy_input(src, Some(last), &mut lock(&self.scratch[0])).ok()
     }
 
     /// Checks that env `env`'s input buffer can be filled from `src` (row
