@@ -48,7 +48,38 @@ pub const RECEIVER_RESCAN: Duration = Duration::from_millis(1);
 /// inside a step that runs long is published by a waiting receiver
 /// instead ([`RECEIVER_RESCAN`], [`RESCUE_AFTER`]), so that no result waits
 /// on another env's step for much longer than a millisecond.
-pub const PUBLISH_RUN: Duration = Duration::from_micros(10);
+///
+/// 10 us, unless the build sets `RLPOOL_PUBLISH_RUN_US` (microseconds, at
+/// compile time): a measurement's knob, not a user's. Under callgrind an
+/// env step takes about 50 times longer, so a run of 10 us holds one env;
+/// `cargo xtask instructions --native-runs` builds with 1000 so that the
+/// runs it counts are as long as native ones.
+pub const PUBLISH_RUN: Duration =
+    Duration::from_micros(match option_env!("RLPOOL_PUBLISH_RUN_US") {
+        Some(us) => parse_micros(us),
+        None => 10,
+    });
+
+/// `text` as a count of microseconds, at compile time (a build with
+/// anything else in `RLPOOL_PUBLISH_RUN_US` fails).
+const fn parse_micros(text: &str) -> u64 {
+    let digits = text.as_bytes();
+    assert!(
+        !digits.is_empty(),
+        "RLPOOL_PUBLISH_RUN_US: a count of microseconds"
+    );
+    let mut value: u64 = 0;
+    let mut i = 0;
+    while i < digits.len() {
+        assert!(
+            digits[i].is_ascii_digit() && value < u64::MAX / 10,
+            "RLPOOL_PUBLISH_RUN_US: a count of microseconds"
+        );
+        value = value * 10 + (digits[i] - b'0') as u64;
+        i += 1;
+    }
+    value
+}
 
 /// The most envs of one run of results ([`PUBLISH_RUN`]).
 pub const PUBLISH_RUN_ENVS: usize = 16;
@@ -163,5 +194,19 @@ mod tests {
             spin.round();
         }
         assert_eq!(spin.rounds, 4);
+    }
+
+    /// `RLPOOL_PUBLISH_RUN_US` is read as decimal microseconds; anything
+    /// else fails the build (the same assertion, at compile time).
+    #[test]
+    fn publish_run_microseconds_are_decimal() {
+        assert_eq!(super::parse_micros("1000"), 1000);
+        assert_eq!(super::parse_micros("0"), 0);
+        for bad in ["", "10us", "-1", "99999999999999999999"] {
+            assert!(
+                std::panic::catch_unwind(|| super::parse_micros(bad)).is_err(),
+                "{bad:?}"
+            );
+        }
     }
 }

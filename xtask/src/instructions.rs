@@ -11,7 +11,11 @@
 //! out. Thread 1 is the calling thread; every other thread is a worker.
 //! Under valgrind an env step takes about 50 times longer, so a worker
 //! publishes each result alone: the workers' figure overstates what the
-//! copies into the batch rows cost natively. The process backend's
+//! copies into the batch rows cost natively. With `--native-runs` the
+//! example is built (in `target/instructions-native/build`, apart from
+//! the usual build) with `RLPOOL_PUBLISH_RUN_US=1000`, so that under
+//! callgrind a worker's runs of results are as long as native ones (up to
+//! 16 CartPoles): the figure to hold against the goal. The process backend's
 //! workers are other processes, which callgrind does not follow to their
 //! end (the pool stops them): only the thread backend is counted.
 //!
@@ -44,6 +48,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let mut modes = vec!["raw".to_string(), "sync".into(), "sync_samr".into()];
     let mut envs = 64usize;
     let mut env = "CartPole-v1".to_string();
+    let mut native_runs = false;
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         let mut value = |name: &str| {
@@ -62,10 +67,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                     .ok_or_else(|| format!("instructions: --envs {text} is not a count"))?;
             }
             "--env" => env = value("--env")?,
+            "--native-runs" => native_runs = true,
             other => {
                 return Err(format!(
                     "instructions: unknown argument `{other}` (takes --modes m,m,... \
-                     --envs N --env NAME)"
+                     --envs N --env NAME --native-runs)"
                 ))
             }
         }
@@ -86,12 +92,24 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         "--example",
         "profile_pool",
     ]);
-    step("cargo build --release (profile_pool)", build)?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("target"));
-    let binary = target.join("release").join("examples").join("profile_pool");
-    let out = target.join("instructions");
+    let (build_dir, out) = if native_runs {
+        // Its own target directory: the usual build keeps its artifacts.
+        let dir = target.join("instructions-native");
+        build
+            .env("CARGO_TARGET_DIR", dir.join("build"))
+            .env("RLPOOL_PUBLISH_RUN_US", "1000");
+        (dir.join("build"), dir)
+    } else {
+        (target.clone(), target.join("instructions"))
+    };
+    step("cargo build --release (profile_pool)", build)?;
+    let binary = build_dir
+        .join("release")
+        .join("examples")
+        .join("profile_pool");
 
     let mut rows = Vec::new();
     for mode in &modes {
@@ -129,8 +147,13 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         .map(|&(_, caller, workers)| caller + workers);
     println!();
     println!(
-        "instructions per env-step, {env} x {envs} (callgrind, {LONG} - {SHORT} iterations; \
+        "instructions per env-step, {env} x {envs} (callgrind, {LONG} - {SHORT} iterations{}; \
          files in {})",
+        if native_runs {
+            ", runs of results as long as native ones"
+        } else {
+            ""
+        },
         out.display()
     );
     println!("| mode | calling thread | workers | whole | whole / raw loop |");
