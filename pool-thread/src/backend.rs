@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use envs::{Env, EnvError, EnvSpecs};
-use pool_core::{lock, peek_cells, BatchRows, Output, Phases, Signal};
+use pool_core::{lock, peek_cells, Output, Phases, Signal};
 use tensordict::TensorDict;
 
 use crate::queue::WorkQueue;
@@ -31,11 +31,14 @@ use crate::ThreadError;
 
 use self::cell::{sync_root, Cell};
 use self::inputs::{Checked, Inputs};
+use self::row_store::RowStore;
 use self::worker::Held;
 
 mod cell;
 mod help;
 mod inputs;
+#[allow(unsafe_code)]
+mod row_store;
 mod start;
 #[cfg(test)]
 mod tests;
@@ -62,10 +65,10 @@ struct Shared {
     /// first.
     published: Vec<AtomicU64>,
     /// With [`Rows::Batch`](crate::Rows::Batch) and envs of one layout:
-    /// every env's latest result in its row of a batch, written by the
-    /// worker that ran it (`BatchRows::store`). Locked after an env's cell,
-    /// never before one.
-    batch: Option<Mutex<BatchRows>>,
+    /// every env's latest result in its row of a batch, lent to the env
+    /// (its buffers are views of its rows) or written by the worker that
+    /// ran it (`RowStore`). Locked after an env's cell, never before one.
+    batch: Option<Mutex<RowStore>>,
     queue: WorkQueue,
     done: Signal,
     workers: usize,
@@ -257,6 +260,11 @@ impl ThreadBackend {
                     })
                 }
             }
+        }
+        if let Some(batch) = &self.shared.batch {
+            // The envs may write their lent rows from now on: the rows no
+            // longer hold their results.
+            lock(batch).sent(jobs.iter().map(|&(env, _)| env));
         }
         for &(env, _) in jobs {
             // The job carries the input (the worker takes it under the

@@ -352,6 +352,91 @@ fn an_env_that_breaks_its_layout_fails_alone_in_a_dense_step_and_maybe_reset() {
     });
 }
 
+/// A CountingEnv that writes its observation as a new tensor of the same
+/// shape each step, replacing its buffer's (an env written against
+/// `TensorDict::set` rather than in place).
+fn replacer() -> Box<dyn Env> {
+    OnStep::boxed(CountingEnv::new(0, 3), move |inner, input, next| {
+        inner.step_into(input, next)?;
+        let value = next.tensor("observation")?.to_vec::<i32>()?;
+        next.set(
+            "observation",
+            pool::tensordict::Tensor::from_vec(&[value.len()], value)?,
+        )?;
+        Ok(())
+    })
+}
+
+/// Envs that replace their result's tensors rather than write them in
+/// place give the results of envs that do not, in every kind of receive:
+/// synchronous steps and step-and-maybe-resets (roots taken from the step
+/// or reset), and receives of some envs.
+#[test]
+fn envs_that_replace_their_tensors_give_the_same_results() {
+    watchdog(|| {
+        let build = |replace: bool| {
+            let mut builder = AsyncEnvPool::builder().backend(common::threads(2));
+            for _ in 0..4 {
+                builder = if replace {
+                    builder.env(|| Ok(replacer()))
+                } else {
+                    builder.env(|| Ok(Box::new(CountingEnv::new(0, 3)) as Box<dyn Env>))
+                };
+            }
+            builder.build().unwrap()
+        };
+        let (plain, replacing) = (build(false), build(true));
+        let observations = |batch: &pool::Batch| {
+            batch
+                .get_tensor(("next", "observation"))
+                .unwrap()
+                .to_vec::<i32>()
+                .unwrap()
+        };
+        let roots = |batch: &pool::Batch| {
+            batch
+                .get_tensor("observation")
+                .unwrap()
+                .to_vec::<i32>()
+                .unwrap()
+        };
+        for pool in [&plain, &replacing] {
+            pool.reset(None).unwrap();
+        }
+        for round in 0..6 {
+            let a = plain.step(common::actions(&[1, 1, 1, 1])).unwrap();
+            let b = replacing.step(common::actions(&[1, 1, 1, 1])).unwrap();
+            assert_eq!(observations(&a), observations(&b), "step {round}");
+            let (a, ar) = plain
+                .step_and_maybe_reset(common::actions(&[1, 1, 1, 1]))
+                .unwrap();
+            let (b, br) = replacing
+                .step_and_maybe_reset(common::actions(&[1, 1, 1, 1]))
+                .unwrap();
+            assert_eq!(
+                observations(&a),
+                observations(&b),
+                "step_and_maybe_reset {round}"
+            );
+            assert_eq!(roots(&ar), roots(&br), "roots {round}");
+        }
+        // Some envs at a time: two sent, then received one by one batch.
+        for pool in [&plain, &replacing] {
+            pool.async_step_and_maybe_reset_send(
+                common::actions(&[1, 1]),
+                pool::Target::Envs(vec![1, 3]),
+            )
+            .unwrap();
+        }
+        let recv = pool::Recv::new().min_get(2);
+        let (a, ar) = plain.async_step_and_maybe_reset_recv(recv).unwrap();
+        let (b, br) = replacing.async_step_and_maybe_reset_recv(recv).unwrap();
+        assert_eq!(common::env_index(&b), vec![1, 3]);
+        assert_eq!(observations(&a), observations(&b));
+        assert_eq!(roots(&ar), roots(&br));
+    });
+}
+
 /// Where the envs of [`spy_pool`] ran, and a gate that holds env 0.
 #[derive(Default)]
 struct Spy {

@@ -498,7 +498,7 @@ fn copy_rows_bytes(dst: &mut [u8], src: &[u8], n: usize, rows: &[usize], at: Row
 
 /// Whether two shapes are equal, without a `memcmp` call (shapes are short).
 #[inline]
-fn same_shape(a: &[usize], b: &[usize]) -> bool {
+pub(crate) fn same_shape(a: &[usize], b: &[usize]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 

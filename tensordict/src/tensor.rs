@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use crate::lent::RowBlock;
 use crate::{DType, Element, TensorDictError};
 
 /// A shape: the size of each dimension. Up to four dims live inline.
@@ -77,7 +78,6 @@ impl Storage {
 /// assert_eq!(Tensor::zeros(DType::U8, &[84, 84, 4]).numel(), 28_224);
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
 pub struct Tensor {
     dtype: DType,
     shape: Shape,
@@ -85,7 +85,17 @@ pub struct Tensor {
     offset: usize,
     /// Size of the viewed elements in bytes (kept: every access needs it).
     nbytes: usize,
-    storage: Arc<Storage>,
+    storage: Backing,
+}
+
+/// What a tensor's bytes live in.
+enum Backing {
+    /// Storage shared by clones and views, copied on write.
+    Shared(Arc<Storage>),
+    /// A row of a lent batch ([`crate::LentRows`]): this tensor is the only
+    /// tensor that views these bytes (every clone or view of it copies
+    /// them), and writes them in place.
+    Row(Arc<RowBlock>),
 }
 
 /// Number of elements of a shape, `None` on overflow.
@@ -124,8 +134,83 @@ impl Tensor {
             shape: shape.into(),
             offset: 0,
             nbytes,
-            storage: Arc::new(storage),
+            storage: Backing::Shared(Arc::new(storage)),
         })
+    }
+
+    /// The view of `nbytes` bytes at `offset` of a lent batch's block:
+    /// for [`crate::LentRows`], which makes one per row and leaf, and no
+    /// other.
+    pub(crate) fn row_view(
+        dtype: DType,
+        shape: &[usize],
+        block: &Arc<RowBlock>,
+        offset: usize,
+        nbytes: usize,
+    ) -> Tensor {
+        debug_assert!(offset + nbytes <= block.len());
+        Tensor {
+            dtype,
+            shape: shape.into(),
+            offset,
+            nbytes,
+            storage: Backing::Row(Arc::clone(block)),
+        }
+    }
+
+    /// Whether this tensor is the view at `offset` of `block`.
+    pub(crate) fn is_row_view(&self, block: &Arc<RowBlock>, offset: usize) -> bool {
+        matches!(&self.storage, Backing::Row(b) if Arc::ptr_eq(b, block)) && self.offset == offset
+    }
+
+    /// Tensors of `parts` (dtype and shape each) side by side in one new
+    /// storage (each at an 8-byte-aligned offset), their bytes written by
+    /// `fill(i, bytes)`: one allocation for a whole batch's tensors. Each
+    /// is copied on its first write, as any tensor whose storage is shared.
+    pub(crate) fn packed(
+        parts: &[(DType, Shape)],
+        mut fill: impl FnMut(usize, &mut [u8]),
+    ) -> Vec<Tensor> {
+        let sizes: SmallVec<[usize; 8]> = parts
+            .iter()
+            .map(|(dtype, shape)| shape.iter().product::<usize>() * dtype.size())
+            .collect();
+        let total: usize = sizes.iter().map(|n| n.next_multiple_of(8)).sum();
+        let mut storage = Storage::zeroed(total);
+        let mut offsets: SmallVec<[usize; 8]> = SmallVec::with_capacity(parts.len());
+        let mut at = 0;
+        for (i, &n) in sizes.iter().enumerate() {
+            offsets.push(at);
+            fill(i, &mut storage.bytes_mut()[at..at + n]);
+            at += n.next_multiple_of(8);
+        }
+        let storage = Arc::new(storage);
+        parts
+            .iter()
+            .zip(sizes.iter().zip(&offsets))
+            .map(|((dtype, shape), (&nbytes, &offset))| Tensor {
+                dtype: *dtype,
+                shape: shape.clone(),
+                offset,
+                nbytes,
+                storage: Backing::Shared(Arc::clone(&storage)),
+            })
+            .collect()
+    }
+
+    /// A tensor of this dtype and shape holding a copy of `bytes` (as many
+    /// as the shape needs, checked by the caller, a crate function whose
+    /// bytes come from a tensor of this dtype).
+    pub(crate) fn from_trusted_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Tensor {
+        let mut storage = Storage::zeroed(bytes.len());
+        storage.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
+        Tensor {
+            dtype,
+            shape: shape.into(),
+            offset: 0,
+            nbytes: bytes.len(),
+            storage: Backing::Shared(Arc::new(storage)),
+        }
     }
 
     /// A tensor with every element equal to `value`.
@@ -240,18 +325,32 @@ impl Tensor {
 
     /// The elements' bytes, row-major, native (little-endian) order.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.storage.bytes()[self.offset..self.offset + self.nbytes]
+        match &self.storage {
+            Backing::Shared(storage) => &storage.bytes()[self.offset..self.offset + self.nbytes],
+            #[allow(unsafe_code)]
+            // SAFETY: a row view is the only tensor that views its bytes
+            // (`Backing::Row`), and writes them only through `&mut self`
+            // (`bytes_mut`), which this borrow excludes; the lent batch
+            // reads or writes them only where its (unsafe) methods' callers
+            // promise that no view of those rows is in use. The range is
+            // the view's own, inside the block (checked when it was made).
+            Backing::Row(block) => unsafe { block.bytes(self.offset, self.nbytes) },
+        }
     }
 
     /// Makes this tensor the only owner of the bytes it views, copying them
-    /// if the storage is shared (copy on write).
+    /// if the storage is shared (copy on write). A row view is the only one
+    /// already.
     fn make_unique(&mut self) {
+        let Backing::Shared(shared) = &self.storage else {
+            return;
+        };
         // The storage is never shared through a `Weak`, so a strong count of
         // one means no other tensor can see it.
-        if Arc::strong_count(&self.storage) != 1 {
+        if Arc::strong_count(shared) != 1 {
             let mut storage = Storage::zeroed(self.nbytes);
             storage.bytes_mut()[..self.nbytes].copy_from_slice(self.as_bytes());
-            self.storage = Arc::new(storage);
+            self.storage = Backing::Shared(Arc::new(storage));
             self.offset = 0;
         } else {
             // Acquire: pairs with the Release decrement of the last other
@@ -261,10 +360,18 @@ impl Tensor {
         }
     }
 
-    /// The elements' bytes, writable; copies them first if shared.
+    /// The elements' bytes, writable; copies them first if shared. A row
+    /// of a lent batch is written in place.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.make_unique();
         let range = self.offset..self.offset + self.nbytes;
+        let shared = match &self.storage {
+            Backing::Shared(shared) => shared,
+            #[allow(unsafe_code)]
+            // SAFETY: as in `as_bytes`; `&mut self` excludes every other
+            // access through this view, the only one of its bytes.
+            Backing::Row(block) => return unsafe { block.bytes_mut(self.offset, self.nbytes) },
+        };
         // `Arc::get_mut` would check uniqueness again with a
         // compare-and-swap on the counts' cache line: a write to the line
         // that every reader of a shared batch column reads, which then
@@ -280,7 +387,7 @@ impl Tensor {
         // `Arc::as_ptr`, which keeps the allocation's write permission (the
         // same access `Arc::get_mut` gives), and lives no longer than the
         // `&mut self` borrow.
-        let storage = unsafe { &mut *Arc::as_ptr(&self.storage).cast_mut() };
+        let storage = unsafe { &mut *Arc::as_ptr(shared).cast_mut() };
         &mut storage.bytes_mut()[range]
     }
 
@@ -360,7 +467,7 @@ impl Tensor {
                 found: describe(src),
             });
         }
-        if Arc::ptr_eq(&self.storage, &src.storage) && self.offset == src.offset {
+        if self.shares_storage(src) && self.offset == src.offset {
             return Ok(());
         }
         self.bytes_mut().copy_from_slice(src.as_bytes());
@@ -370,7 +477,11 @@ impl Tensor {
     /// True if both tensors view the same storage (one was derived from the
     /// other without copying).
     pub fn shares_storage(&self, other: &Tensor) -> bool {
-        Arc::ptr_eq(&self.storage, &other.storage)
+        match (&self.storage, &other.storage) {
+            (Backing::Shared(a), Backing::Shared(b)) => Arc::ptr_eq(a, b),
+            (Backing::Row(a), Backing::Row(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
     }
 
     /// The same elements with another shape of the same number of elements
@@ -398,12 +509,21 @@ impl Tensor {
             return Err(TensorDictError::IndexOutOfRange { index, len });
         }
         let row_bytes = rest.iter().product::<usize>() * self.dtype.size();
-        Ok(Tensor {
-            dtype: self.dtype,
-            shape: rest.into(),
-            offset: self.offset + index * row_bytes,
-            nbytes: row_bytes,
-            storage: Arc::clone(&self.storage),
+        let offset = self.offset + index * row_bytes;
+        Ok(match &self.storage {
+            Backing::Shared(storage) => Tensor {
+                dtype: self.dtype,
+                shape: rest.into(),
+                offset,
+                nbytes: row_bytes,
+                storage: Backing::Shared(Arc::clone(storage)),
+            },
+            // A row view's bytes are seen by it alone: the row is copied.
+            Backing::Row(_) => Tensor::from_trusted_bytes(
+                self.dtype,
+                rest,
+                &self.as_bytes()[index * row_bytes..(index + 1) * row_bytes],
+            ),
         })
     }
 
@@ -439,17 +559,20 @@ impl Tensor {
         // shape whose element count overflows.
         let nbytes = Tensor::nbytes_of(first.dtype, &shape)?;
         let row = first.nbytes();
-        let side_by_side = tensors.iter().enumerate().all(|(i, t)| {
-            Arc::ptr_eq(&t.storage, &first.storage) && t.offset == first.offset + i * row
-        });
-        if side_by_side {
-            return Ok(Tensor {
-                dtype: first.dtype,
-                shape,
-                offset: first.offset,
-                nbytes,
-                storage: Arc::clone(&first.storage),
+        if let Backing::Shared(storage) = &first.storage {
+            let side_by_side = tensors.iter().enumerate().all(|(i, t)| {
+                matches!(&t.storage, Backing::Shared(s) if Arc::ptr_eq(s, storage))
+                    && t.offset == first.offset + i * row
             });
+            if side_by_side {
+                return Ok(Tensor {
+                    dtype: first.dtype,
+                    shape,
+                    offset: first.offset,
+                    nbytes,
+                    storage: Backing::Shared(Arc::clone(storage)),
+                });
+            }
         }
         let mut out = Tensor::try_zeros(first.dtype, &shape)?;
         let bytes = out.bytes_mut();
@@ -465,6 +588,23 @@ impl Tensor {
 /// `shape [2, 3] and dtype f32`, for messages.
 pub(crate) fn describe(t: &Tensor) -> String {
     format!("shape {:?} and dtype {}", t.shape(), t.dtype())
+}
+
+impl Clone for Tensor {
+    /// Shares the storage (copy on write); a row view of a lent batch is
+    /// copied, so that it stays the only view of its row.
+    fn clone(&self) -> Tensor {
+        match &self.storage {
+            Backing::Shared(storage) => Tensor {
+                dtype: self.dtype,
+                shape: self.shape.clone(),
+                offset: self.offset,
+                nbytes: self.nbytes,
+                storage: Backing::Shared(Arc::clone(storage)),
+            },
+            Backing::Row(_) => Tensor::from_trusted_bytes(self.dtype, &self.shape, self.as_bytes()),
+        }
+    }
 }
 
 impl PartialEq for Tensor {

@@ -642,6 +642,15 @@ impl TensorDict {
         (0..len).map(|i| self.index(i)).collect()
     }
 
+    /// A tensordict of `entries` (sorted, each of batch size starting with
+    /// `batch_size`), for crate code that built them so.
+    pub(crate) fn from_entries(batch_size: Shape, entries: Entries) -> TensorDict {
+        TensorDict {
+            batch_size,
+            entries,
+        }
+    }
+
     /// Inserts without checks; for crate code that built a valid entry.
     pub(crate) fn insert_raw(&mut self, name: Name, entry: Entry) {
         self.entries.insert(name, entry);

@@ -11,11 +11,12 @@ use std::time::Instant;
 use pool_core::spin::{
     HELP_MAX_ENV_TIME, RECEIVER_RESCAN, RECEIVER_SPIN, RECEIVER_SPIN_NO_SPARE_CORE,
 };
-use pool_core::{lock, BatchRows, Op, Phases, Runner, Signal};
+use pool_core::{lock, Op, Phases, Runner, Signal};
 use tensordict::TensorDict;
 
 use super::cell::Cell;
 use super::inputs::Inputs;
+use super::row_store::RowStore;
 use super::worker::{worker_loop, Held};
 use super::{EnvFactory, Shared, ThreadBackend};
 use crate::queue::WorkQueue;
@@ -77,9 +78,14 @@ impl ThreadBackend {
         } else {
             None
         };
-        if batch.is_some() {
-            // A root that is its step's entries is copied from the step's
-            // batch row (`BatchRows::store`), not into the cell first.
+        if batch
+            .as_ref()
+            .is_some_and(|batch| lock(batch).defers_roots())
+        {
+            // A root that is its step's entries is taken from the step's
+            // batch row (copied into the root row, `BatchRows::store`, or
+            // read from it by a gather of lent rows), not copied into the
+            // cell first.
             for cell in &cells {
                 lock(cell).runner.defer_root = true;
             }
@@ -169,16 +175,24 @@ impl ThreadBackend {
     }
 }
 
-/// The batch rows of `cells` if all their results have one layout. The
-/// cells' buffers then share their keys with the first cell's (so that the
-/// copies into the rows compare keys by address).
-fn batch_rows(cells: &[Mutex<Cell>]) -> Option<BatchRows> {
+/// The batch rows of `cells` if all their results have one layout. Lent
+/// rows become the cells' buffers (views of each env's rows, with the
+/// batch's keys); otherwise the cells' buffers share their keys with the
+/// first cell's (so that the copies into the rows compare keys by address).
+fn batch_rows(cells: &[Mutex<Cell>]) -> Option<RowStore> {
     let mut cells: Vec<MutexGuard<'_, Cell>> = cells.iter().map(lock).collect();
-    let rows = {
+    let (rows, views) = {
         let nexts: Vec<&TensorDict> = cells.iter().map(|c| &c.runner.next).collect();
         let roots: Vec<&TensorDict> = cells.iter().map(|c| &c.runner.root).collect();
-        BatchRows::stacked(&nexts, &roots)?
+        RowStore::new(&nexts, &roots)?
     };
+    if let Some(views) = views {
+        for (cell, (next, root)) in cells.iter_mut().zip(views) {
+            cell.runner.next = next;
+            cell.runner.root = root;
+        }
+        return Some(rows);
+    }
     let (first_next, first_root) = (cells[0].runner.next.clone(), cells[0].runner.root.clone());
     for cell in cells.iter_mut().skip(1) {
         // Same layout (checked above): the first cell's keys with this

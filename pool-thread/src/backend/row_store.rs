@@ -1,0 +1,218 @@
+//! `RowStore`: the threading backend's batch rows, lent to the envs when
+//! it can be (each env's buffers are views of its rows, so that a result
+//! lands in its row as the env writes it, and a receive copies rows out),
+//! else written from the envs' buffers (`BatchRows`).
+
+use pool_core::batch_rows::{NEXT_ROW, ROOT_ROW};
+use pool_core::{BatchRows, Op};
+use smallvec::SmallVec;
+use tensordict::{LeafMap, LentRows, TensorDict};
+
+/// Every env's latest result in its row of two `[num_envs, ..]` batches.
+#[derive(Debug)]
+pub(super) enum RowStore {
+    /// Results copied into the rows when published (envs whose results
+    /// hold a non-tensor).
+    Copied(BatchRows),
+    /// Rows lent to the envs: each env's `"next"` and root buffers are
+    /// views of its rows.
+    Lent(Lent),
+}
+
+/// Per env, the views of its rows that become its `"next"` and root
+/// buffers.
+pub(super) type Views = Vec<(TensorDict, TensorDict)>;
+
+/// Lent rows ([`RowStore::Lent`]).
+#[derive(Debug)]
+pub(super) struct Lent {
+    next: LentRows,
+    root: LentRows,
+    /// Where the root's tensors sit among the `"next"` ones (`None` if a
+    /// root key is not a `"next"` key: roots are then never deferred).
+    root_in_next: Option<LeafMap>,
+    /// Per env: which of `NEXT_ROW`, `ROOT_ROW` and [`ROOT_IN_NEXT`] hold.
+    /// Cleared by a send before the env runs ([`RowStore::sent`]), set
+    /// when its result is published: a row whose flags are set is not
+    /// being written, which is what makes a gather of it sound.
+    flags: Vec<u8>,
+}
+
+/// In a lent env's flags: its root is its step's result (a deferred root,
+/// `Runner::defer_root`): its root row is stale, and a gather takes the
+/// root from its `"next"` row.
+const ROOT_IN_NEXT: u8 = 8;
+
+impl RowStore {
+    /// The rows of envs whose buffers are `nexts` and `roots` (one layout),
+    /// lent when every result entry is a tensor: then also each env's views
+    /// (its new `"next"` and root buffers, starting as its buffers' values).
+    /// `None` if there is no env or the buffers differ in layout.
+    pub(super) fn new(
+        nexts: &[&TensorDict],
+        roots: &[&TensorDict],
+    ) -> Option<(RowStore, Option<Views>)> {
+        let stacked = |tds: &[&TensorDict]| -> Option<TensorDict> {
+            let mut batch = TensorDict::zeros_stacked(tds.first()?, tds.len()).ok()?;
+            batch.write_rows(tds).ok()?;
+            Some(batch)
+        };
+        let (next, root) = (stacked(nexts)?, stacked(roots)?);
+        if roots.len() != nexts.len() {
+            return None;
+        }
+        if let (Some((next, next_views)), Some((root, root_views))) =
+            (LentRows::lend(&next), LentRows::lend(&root))
+        {
+            let lent = Lent {
+                root_in_next: root.leaves_in(&next),
+                next,
+                root,
+                flags: vec![0; nexts.len()],
+            };
+            let views = next_views.into_iter().zip(root_views).collect();
+            return Some((RowStore::Lent(lent), Some(views)));
+        }
+        Some((
+            RowStore::Copied(BatchRows::new(next, root, nexts, roots)?),
+            None,
+        ))
+    }
+
+    /// Whether a root that is its step's entries may stay in the cell
+    /// unwritten (`Runner::defer_root`): the store takes it from the
+    /// step's row. True unless the rows are lent and a root key is not a
+    /// `"next"` key.
+    pub(super) fn defers_roots(&self) -> bool {
+        match self {
+            RowStore::Copied(_) => true,
+            RowStore::Lent(lent) => lent.root_in_next.is_some(),
+        }
+    }
+
+    /// Envs `envs` are sent: their rows no longer hold their current
+    /// result, and their envs may write them from now on (lent rows; the
+    /// copied rows are written only at publication, under this store's
+    /// lock).
+    pub(super) fn sent(&mut self, envs: impl IntoIterator<Item = usize>) {
+        if let RowStore::Lent(lent) = self {
+            for env in envs {
+                lent.flags[env] = 0;
+            }
+        }
+    }
+
+    /// Sets env `env`'s flags (0 after a failure: none of its rows holds
+    /// its result).
+    pub(super) fn mark(&mut self, env: usize, flags: u8) {
+        match self {
+            RowStore::Copied(rows) => rows.mark(env, flags),
+            RowStore::Lent(lent) => lent.flags[env] = flags & (NEXT_ROW | ROOT_ROW | ROOT_IN_NEXT),
+        }
+    }
+
+    /// Publishes the results of `envs[j]` (`op[j]`, its buffers `next[j]`
+    /// and `root[j]`, whether its root is deferred `root_is_next[j]`) into
+    /// their rows, as `BatchRows::store_many`, setting `copied[j]` as it
+    /// does. Lent rows hold them already, unless an env replaced a tensor
+    /// of its buffers: such a result is copied into its rows, or, if it no
+    /// longer fits them (an env that changed its layout), left unmarked for
+    /// the receiver to read from the env and report. A deferred root stays
+    /// where it is, in the `"next"` row ([`ROOT_IN_NEXT`]).
+    ///
+    /// The caller holds each env's cell, so none of them runs.
+    pub(super) fn store_many(
+        &mut self,
+        envs: &[usize],
+        op: &[Op],
+        next: &[&TensorDict],
+        root: &[&TensorDict],
+        root_is_next: &[bool],
+        copied: &mut [bool],
+    ) {
+        let lent = match self {
+            RowStore::Copied(rows) => {
+                return rows.store_many(envs, op, next, root, root_is_next, copied)
+            }
+            RowStore::Lent(lent) => lent,
+        };
+        for j in 0..envs.len() {
+            let env = envs[j];
+            let mut flags = 0;
+            if op[j] != Op::Reset && in_row(&lent.next, env, next[j]) {
+                flags |= NEXT_ROW;
+            }
+            // A deferred root is its step's result: in the `"next"` row,
+            // if that holds the step.
+            copied[j] = op[j] != Op::Step
+                && root_is_next[j]
+                && lent.root_in_next.is_some()
+                && flags & NEXT_ROW != 0;
+            if copied[j] {
+                flags |= ROOT_ROW | ROOT_IN_NEXT;
+            } else if op[j] != Op::Step && !root_is_next[j] && in_row(&lent.root, env, root[j]) {
+                flags |= ROOT_ROW;
+            }
+            lent.flags[env] = flags;
+        }
+    }
+
+    /// The results of `op` of `envs` (distinct, ascending) as batches, as
+    /// `BatchRows::gather`: `None` unless every row wanted is current. Lent
+    /// rows are copied out (for every env in order, one copy per tensor).
+    pub(super) fn gather(
+        &mut self,
+        op: Op,
+        envs: &[usize],
+    ) -> Option<(Option<TensorDict>, Option<TensorDict>)> {
+        let lent = match self {
+            RowStore::Copied(rows) => return rows.gather(op, envs),
+            RowStore::Lent(lent) => lent,
+        };
+        let want = BatchRows::wanted(op);
+        if envs
+            .iter()
+            .any(|&env| lent.flags.get(env).is_none_or(|f| f & want != want))
+        {
+            return None;
+        }
+        // Both gathers are sound: every row gathered has its flags set, under
+        // the lock the caller holds on this store: its env's result was
+        // published (by the worker that ran it, under this lock, after the
+        // env's step ended under its cell's lock: its writes happen before)
+        // and it was not sent again since (a send clears the flags under
+        // this lock before the env can run). So no view of these rows is in
+        // use. (A stale root row, `ROOT_IN_NEXT`, may be brought up to date
+        // through its view meanwhile, under its cell's lock: it is not read
+        // here; its `"next"` row is.)
+        // SAFETY: as above.
+        let next = (want & NEXT_ROW != 0).then(|| unsafe { lent.next.gather(envs) });
+        let root = (want & ROOT_ROW != 0).then(|| {
+            let instead: SmallVec<[bool; 64]> = envs
+                .iter()
+                .map(|&env| lent.flags[env] & ROOT_IN_NEXT != 0)
+                .collect();
+            match &lent.root_in_next {
+                // SAFETY: as above.
+                Some(map) => unsafe { lent.root.gather_or(envs, &instead, &lent.next, map) },
+                // SAFETY: as above.
+                None => unsafe { lent.root.gather(envs) },
+            }
+        });
+        Some((next, root))
+    }
+}
+
+/// Whether env `env`'s result `buffer` is in its row of `rows`: still the
+/// row's view, or copied into it (an env that replaced a tensor). The
+/// caller holds the env's cell: the env is not running.
+fn in_row(rows: &LentRows, env: usize, buffer: &TensorDict) -> bool {
+    if rows.is_view(env, buffer) {
+        return true;
+    }
+    // SAFETY: the row's only view is the env's buffer (tensors of it that
+    // still view the row are skipped), and the env is not running (its
+    // cell is held); no gather reads the row meanwhile (its flags are
+    // clear until this publication sets them, under the same lock).
+    unsafe { rows.write_row(env, buffer) }.is_ok()
+}

@@ -1,0 +1,756 @@
+//! `LentRows`: a batch whose rows are lent out, each as a tensordict of
+//! views that its holder writes in place (from any thread), while the
+//! batch's owner copies rows out of it: what lets a pool's envs write their
+//! results straight into the batch, with no copy per env.
+//!
+//! The one module of the crate besides `Tensor::bytes_mut`'s block with
+//! `unsafe`: [`RowBlock`] is memory that several threads write at once,
+//! each its own rows, and that no reference to the whole ever covers.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::entries::{same_name, Entries};
+use crate::rows::same_shape;
+use crate::{DType, Entry, NestedKey, Shape, Tensor, TensorDict, TensorDictError};
+
+/// The bytes of one leaf of a lent batch, every row: written through its
+/// rows' views ([`Tensor::row_view`]) and copied by the batch's owner, each
+/// access within a range that no other access overlaps at that time. Only
+/// raw pointers reach it; no `&[u8]` of the whole is ever made.
+pub(crate) struct RowBlock {
+    /// `words` zeroed `u64`s (8-byte alignment for every dtype), from a
+    /// `Box<[u64]>` that [`RowBlock::drop`] frees.
+    ptr: NonNull<u64>,
+    words: usize,
+    /// The bytes in use (at most `8 * words`).
+    len: usize,
+}
+
+#[allow(unsafe_code)]
+// SAFETY: a `RowBlock` owns its allocation (as the `Box<[u64]>` it was);
+// every access goes through the unsafe methods below, whose callers keep
+// concurrent accesses to disjoint ranges (a view's own row, or rows no view
+// is using), so sharing and sending it is as sound as sharing the box's
+// disjoint parts.
+unsafe impl Send for RowBlock {}
+#[allow(unsafe_code)]
+// SAFETY: as for `Send`.
+unsafe impl Sync for RowBlock {}
+
+impl RowBlock {
+    /// `len` zeroed bytes.
+    fn zeroed(len: usize) -> RowBlock {
+        let words = len.div_ceil(8);
+        let boxed: Box<[u64]> = vec![0u64; words].into_boxed_slice();
+        let ptr = NonNull::new(Box::into_raw(boxed).cast::<u64>()).expect("a box is never null");
+        RowBlock { ptr, words, len }
+    }
+
+    /// The bytes in use.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes `offset..offset + n`.
+    ///
+    /// # Safety
+    /// `offset + n <= self.len()`, and nothing writes these bytes while the
+    /// returned slice lives.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn bytes(&self, offset: usize, n: usize) -> &[u8] {
+        debug_assert!(offset + n <= self.len);
+        // SAFETY: in bounds of the allocation (the caller's promise), which
+        // lives as long as `self`; initialized (zeroed at allocation); not
+        // written meanwhile (the caller's promise).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<u8>().add(offset), n) }
+    }
+
+    /// Bytes `offset..offset + n`, writable.
+    ///
+    /// # Safety
+    /// `offset + n <= self.len()`, and nothing else reads or writes these
+    /// bytes while the returned slice lives.
+    #[allow(unsafe_code, clippy::mut_from_ref)]
+    pub(crate) unsafe fn bytes_mut(&self, offset: usize, n: usize) -> &mut [u8] {
+        debug_assert!(offset + n <= self.len);
+        // SAFETY: in bounds and initialized as in `bytes`; the pointer comes
+        // from `Box::into_raw`, so it may write; no other access overlaps
+        // (the caller's promise).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<u8>().add(offset), n) }
+    }
+}
+
+impl RowBlock {
+    /// Copies row `row` (rows of `n` bytes) into `dst[j * n..]` for every
+    /// `(j, row)` of `picks`: the sizes of a small row as fixed-size moves,
+    /// and no slice of the block formed (other rows may be written
+    /// meanwhile).
+    ///
+    /// # Panics
+    /// If a row ends past the block or its place past `dst`.
+    ///
+    /// # Safety
+    /// Nothing writes the rows copied during the call.
+    #[allow(unsafe_code)]
+    #[inline]
+    pub(crate) unsafe fn copy_rows(
+        &self,
+        n: usize,
+        picks: impl Iterator<Item = (usize, usize)>,
+        dst: &mut [u8],
+    ) {
+        /// `N` bytes a row (`N == 0`: `n`).
+        #[inline(always)]
+        #[allow(unsafe_code)]
+        unsafe fn run<const N: usize>(
+            block: &RowBlock,
+            n: usize,
+            picks: impl Iterator<Item = (usize, usize)>,
+            dst: &mut [u8],
+        ) {
+            let n = if N == 0 { n } else { N };
+            let (len, room) = (block.len, dst.len());
+            let src = block.ptr.as_ptr().cast::<u8>();
+            let out = dst.as_mut_ptr();
+            for (j, row) in picks {
+                assert!(
+                    (row + 1) * n <= len && (j + 1) * n <= room,
+                    "row {row} inside the block, its place {j} inside the destination"
+                );
+                // SAFETY: both ranges in bounds (just asserted), not
+                // overlapping (`dst` is another allocation: a `&mut`), the
+                // source not written meanwhile (the caller's promise).
+                unsafe { std::ptr::copy_nonoverlapping(src.add(row * n), out.add(j * n), n) };
+            }
+        }
+        // SAFETY: the caller's promise, passed on; bounds asserted.
+        unsafe {
+            match n {
+                1 => run::<1>(self, n, picks, dst),
+                2 => run::<2>(self, n, picks, dst),
+                4 => run::<4>(self, n, picks, dst),
+                8 => run::<8>(self, n, picks, dst),
+                16 => run::<16>(self, n, picks, dst),
+                _ => run::<0>(self, n, picks, dst),
+            }
+        }
+    }
+}
+
+impl Drop for RowBlock {
+    fn drop(&mut self) {
+        #[allow(unsafe_code)]
+        // SAFETY: `ptr` and `words` are those of the box made in `zeroed`,
+        // freed only here, once; no view outlives the block (each holds an
+        // `Arc` of it).
+        drop(unsafe {
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.ptr.as_ptr(),
+                self.words,
+            ))
+        });
+    }
+}
+
+impl std::fmt::Debug for RowBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RowBlock({} bytes)", self.len)
+    }
+}
+
+/// Where each tensor of one lent batch sits in another's
+/// ([`LentRows::leaves_in`]).
+#[derive(Clone, Debug)]
+pub struct LeafMap(Vec<usize>);
+
+/// One leaf of a lent batch.
+#[derive(Debug)]
+struct Column {
+    block: Arc<RowBlock>,
+    dtype: DType,
+    /// The shape of one row.
+    row_shape: Shape,
+    /// The bytes of one row.
+    row_bytes: usize,
+}
+
+/// A batch of tensors whose rows are lent out: [`LentRows::lend`] gives one
+/// tensordict per row whose tensors are views of that row, written in place
+/// by whoever holds it (one holder per row, on any thread), and keeps the
+/// batch, whose rows its owner copies out ([`LentRows::gather`]) or writes
+/// ([`LentRows::write_row`]) where no view is in use.
+///
+/// A view stays the only tensor that sees its row: cloning it, indexing it
+/// or reshaping it copies the row, and so does cloning a tensordict of
+/// views. A holder that replaces a tensor of its view (`set`) takes that
+/// key out of the lent row: [`LentRows::is_view`] tells, and the row can be
+/// written from it.
+///
+/// ```
+/// use tensordict::{LentRows, Tensor, TensorDict};
+/// # fn main() -> Result<(), tensordict::TensorDictError> {
+/// let mut batch = TensorDict::new(&[2]);
+/// batch.set("obs", Tensor::zeros(tensordict::DType::F32, &[2, 3]))?;
+/// let (rows, mut views) = LentRows::lend(&batch).expect("tensors only");
+/// // Each holder writes its row in place (here, one after the other).
+/// for (row, view) in views.iter_mut().enumerate() {
+///     view.tensor_mut("obs")?.as_mut_slice::<f32>()?.fill(row as f32);
+///     assert!(rows.is_view(row, view));
+/// }
+/// // SAFETY: no view is in use while its row is copied out.
+/// #[allow(unsafe_code)]
+/// let out = unsafe { rows.gather(&[1, 0]) };
+/// assert_eq!(out.tensor("obs")?.to_vec::<f32>()?, vec![1.0, 1.0, 1.0, 0.0, 0.0, 0.0]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct LentRows {
+    rows: usize,
+    /// The batch lent (its keys, nesting and batch sizes; its bytes are
+    /// those at the time it was lent and are not read again).
+    template: TensorDict,
+    /// The batch's tensors, depth first in key order.
+    columns: Vec<Column>,
+}
+
+impl LentRows {
+    /// Lends the rows of `batch` (a copy of it): the lent batch and, per row,
+    /// its view, a tensordict of `batch`'s keys and nesting whose tensors are
+    /// that row, starting as `batch`'s values. `None` if `batch` has no
+    /// batch dim or no row, or holds a non-tensor (at any depth).
+    pub fn lend(batch: &TensorDict) -> Option<(LentRows, Vec<TensorDict>)> {
+        let rows = *batch.batch_size().first()?;
+        if rows == 0 {
+            return None;
+        }
+        let mut columns = Vec::new();
+        collect_columns(batch, rows, &mut columns)?;
+        let lent = LentRows {
+            rows,
+            template: batch.clone(),
+            columns,
+        };
+        let views = (0..rows).map(|row| lent.view(row)).collect();
+        Some((lent, views))
+    }
+
+    /// The number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Row `row`'s view (made once per row, by `lend`).
+    fn view(&self, row: usize) -> TensorDict {
+        let mut leaf = 0;
+        build(
+            &self.template,
+            &mut |dtype, shape| {
+                let column = &self.columns[leaf];
+                leaf += 1;
+                debug_assert!(column.dtype == dtype && same_shape(&column.row_shape, shape));
+                Tensor::row_view(
+                    column.dtype,
+                    &column.row_shape,
+                    &column.block,
+                    row * column.row_bytes,
+                    column.row_bytes,
+                )
+            },
+            None,
+        )
+    }
+
+    /// Whether `view` is still row `row`'s view as lent: the same keys and
+    /// nesting, every tensor the row's own (its holder replaced none). A
+    /// pointer comparison per tensor.
+    pub fn is_view(&self, row: usize, view: &TensorDict) -> bool {
+        let mut leaf = 0;
+        row < self.rows && is_view_at(&self.template, view, &self.columns, row, &mut leaf)
+    }
+
+    /// Rows `rows` (in that order, repeats allowed) as a new batch of
+    /// batch size `[rows.len(), ..]`, each tensor in storage of its own.
+    ///
+    /// # Panics
+    /// If a row is out of range.
+    ///
+    /// # Safety
+    /// No view of these rows is in use during the call: their holders
+    /// neither write nor read them, and their last writes happen before it
+    /// (a lock that both take, for example).
+    #[allow(unsafe_code)]
+    pub unsafe fn gather(&self, rows: &[usize]) -> TensorDict {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.gather_impl(rows, None) }
+    }
+
+    /// Where each tensor of this batch sits in `other`'s (the same key,
+    /// dtype and row shape), for [`LentRows::gather_or`]: `None` unless
+    /// `other` has as many rows and every key of this batch. Made once.
+    pub fn leaves_in(&self, other: &LentRows) -> Option<LeafMap> {
+        if other.rows != self.rows {
+            return None;
+        }
+        let (mine, theirs) = (leaf_keys(&self.template), leaf_keys(&other.template));
+        let map = mine
+            .iter()
+            .zip(&self.columns)
+            .map(|(key, column)| {
+                let at = theirs.iter().position(|k| k == key)?;
+                let found = &other.columns[at];
+                (found.dtype == column.dtype && same_shape(&found.row_shape, &column.row_shape))
+                    .then_some(at)
+            })
+            .collect::<Option<Vec<usize>>>()?;
+        Some(LeafMap(map))
+    }
+
+    /// As [`LentRows::gather`], but row `rows[j]` taken from `other`'s
+    /// same row, for its keys of this batch, wherever `instead[j]`: the
+    /// roots of a pool's envs whose root is their step's result, which
+    /// sits in the other batch. `map` is [`LentRows::leaves_in`]`(other)`.
+    ///
+    /// # Panics
+    /// If a row is out of range, or `instead` is not as long as `rows`.
+    ///
+    /// # Safety
+    /// As for [`LentRows::gather`], in both batches: no view of the rows
+    /// read (here or in `other`) is in use.
+    #[allow(unsafe_code)]
+    pub unsafe fn gather_or(
+        &self,
+        rows: &[usize],
+        instead: &[bool],
+        other: &LentRows,
+        map: &LeafMap,
+    ) -> TensorDict {
+        assert_eq!(instead.len(), rows.len(), "one flag per row");
+        assert_eq!(
+            map.0.len(),
+            self.columns.len(),
+            "the map of this batch's tensors"
+        );
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.gather_impl(rows, Some((instead, other, map))) }
+    }
+
+    /// [`LentRows::gather`] and [`LentRows::gather_or`].
+    ///
+    /// # Safety
+    /// As for [`LentRows::gather_or`].
+    #[allow(unsafe_code)]
+    unsafe fn gather_impl(
+        &self,
+        rows: &[usize],
+        or: Option<(&[bool], &LentRows, &LeafMap)>,
+    ) -> TensorDict {
+        assert!(
+            rows.iter().all(|&row| row < self.rows),
+            "a row out of range"
+        );
+        let every = rows.len() == self.rows && rows.iter().enumerate().all(|(j, &row)| row == j);
+        let from_other = |j: usize| or.is_some_and(|(instead, ..)| instead[j]);
+        let others = or.map_or(0, |(instead, ..)| instead.iter().filter(|&&b| b).count());
+        // For every row in order: one copy of each column from the batch
+        // most rows come from, then the other rows one by one; otherwise
+        // each row from its batch.
+        let bulk_other = others * 2 > rows.len();
+        let parts: SmallVec<[(DType, Shape); 8]> = self
+            .columns
+            .iter()
+            .map(|column| {
+                let mut shape = Shape::with_capacity(column.row_shape.len() + 1);
+                shape.push(rows.len());
+                shape.extend_from_slice(&column.row_shape);
+                (column.dtype, shape)
+            })
+            .collect();
+        // One storage for the batch's tensors: one allocation per gather.
+        let tensors = Tensor::packed(&parts, |leaf, bytes| {
+            let column = &self.columns[leaf];
+            let n = column.row_bytes;
+            let block_of = |other: bool| match or {
+                Some((_, batch, map)) if other => &batch.columns[map.0[leaf]].block,
+                _ => &column.block,
+            };
+            let picks = |other: bool| {
+                rows.iter()
+                    .copied()
+                    .enumerate()
+                    .filter(move |&(j, _)| from_other(j) == other)
+            };
+            // In every block below the rows are in range of both batches
+            // (asserted; the map's batch has as many rows, and its tensor
+            // this one's dtype and row shape: `n` bytes a row) and not in
+            // use (the caller's promise).
+            if every {
+                // SAFETY: as above, for every row.
+                let all = unsafe { block_of(bulk_other).bytes(0, self.rows * n) };
+                bytes.copy_from_slice(all);
+                if others != 0 && others != rows.len() {
+                    // SAFETY: as above.
+                    unsafe { block_of(!bulk_other).copy_rows(n, picks(!bulk_other), bytes) };
+                }
+            } else if others == 0 {
+                // SAFETY: as above.
+                unsafe { block_of(false).copy_rows(n, rows.iter().copied().enumerate(), bytes) };
+            } else {
+                // SAFETY: as above.
+                unsafe { block_of(false).copy_rows(n, picks(false), bytes) };
+                // SAFETY: as above.
+                unsafe { block_of(true).copy_rows(n, picks(true), bytes) };
+            }
+        });
+        let mut tensors = tensors.into_iter();
+        build(
+            &self.template,
+            &mut |_, _| tensors.next().expect("one tensor per column"),
+            Some(rows.len()),
+        )
+    }
+
+    /// Writes `src` (a row: this batch's keys, dtypes and row shapes) into
+    /// row `row`: for a holder whose view no longer is one ([`LentRows::is_view`]:
+    /// it replaced a tensor; the tensors of `src` that still view the row
+    /// are in place and left as they are). An error names the first key
+    /// that differs; the row may then be partly written.
+    ///
+    /// # Panics
+    /// If `row` is out of range.
+    ///
+    /// # Safety
+    /// No view of row `row` is in use during the call, as for
+    /// [`LentRows::gather`], except through `src` itself (which the call
+    /// only reads).
+    #[allow(unsafe_code)]
+    pub unsafe fn write_row(&self, row: usize, src: &TensorDict) -> Result<(), TensorDictError> {
+        assert!(row < self.rows, "row {row} out of range");
+        let mut leaf = 0;
+        write_at(
+            &self.template,
+            src,
+            &self.columns,
+            row,
+            &mut leaf,
+            &NestedKey::default(),
+        )
+    }
+}
+
+/// The keys of `td`'s tensors, depth first in key order (the order of a
+/// lent batch's columns).
+fn leaf_keys(td: &TensorDict) -> Vec<NestedKey> {
+    fn walk(td: &TensorDict, prefix: &NestedKey, out: &mut Vec<NestedKey>) {
+        for (name, entry) in td.entries().iter() {
+            match entry {
+                Entry::Tensor(_) => out.push(prefix.child(name)),
+                Entry::Dict(sub) => walk(sub, &prefix.child(name), out),
+                Entry::NonTensor(_) => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(td, &NestedKey::default(), &mut out);
+    out
+}
+
+/// The columns of `batch`'s tensors, depth first; `None` at a non-tensor.
+fn collect_columns(batch: &TensorDict, rows: usize, columns: &mut Vec<Column>) -> Option<()> {
+    for (_, entry) in batch.entries().iter() {
+        match entry {
+            Entry::Tensor(t) => {
+                let block = RowBlock::zeroed(t.nbytes());
+                #[allow(unsafe_code)]
+                // SAFETY: the block was just made: no view of it exists.
+                unsafe { block.bytes_mut(0, t.nbytes()) }.copy_from_slice(t.as_bytes());
+                columns.push(Column {
+                    block: Arc::new(block),
+                    dtype: t.dtype(),
+                    row_shape: Shape::from_slice(&t.shape()[1..]),
+                    row_bytes: t.nbytes() / rows,
+                });
+            }
+            Entry::Dict(sub) => collect_columns(sub, rows, columns)?,
+            Entry::NonTensor(_) => return None,
+        }
+    }
+    Some(())
+}
+
+/// A tensordict shaped as `template` (a batch of `[rows, ..]`), its
+/// tensors made by `leaf(dtype, row shape)` depth first in key order: of
+/// batch size `[len, ..]` with `Some(len)`, one row's (the template's
+/// without its first dim) with `None`.
+fn build(
+    template: &TensorDict,
+    leaf: &mut dyn FnMut(DType, &[usize]) -> Tensor,
+    len: Option<usize>,
+) -> TensorDict {
+    let rest = &template.batch_size()[1..];
+    let batch: Shape = match len {
+        Some(len) => std::iter::once(len).chain(rest.iter().copied()).collect(),
+        None => Shape::from_slice(rest),
+    };
+    let mut entries = Entries::with_capacity(template.len());
+    for (name, entry) in template.entries().iter() {
+        let entry = match entry {
+            Entry::Tensor(t) => Entry::Tensor(leaf(t.dtype(), &t.shape()[1..])),
+            Entry::Dict(sub) => Entry::Dict(build(sub, leaf, len)),
+            Entry::NonTensor(_) => unreachable!("a lent batch holds tensors only"),
+        };
+        entries.push_sorted(name.clone(), entry);
+    }
+    TensorDict::from_entries(batch, entries)
+}
+
+/// [`LentRows::is_view`] at one level.
+fn is_view_at(
+    template: &TensorDict,
+    view: &TensorDict,
+    columns: &[Column],
+    row: usize,
+    leaf: &mut usize,
+) -> bool {
+    if view.len() != template.len() {
+        return false;
+    }
+    for position in 0..template.len() {
+        let (name, entry) = template.entries().at_named(position);
+        let (view_name, view_entry) = view.entries().at_named(position);
+        if !same_name(name, view_name) {
+            return false;
+        }
+        match (entry, view_entry) {
+            (Entry::Tensor(_), Entry::Tensor(t)) => {
+                let column = &columns[*leaf];
+                *leaf += 1;
+                if !t.is_row_view(&column.block, row * column.row_bytes) {
+                    return false;
+                }
+            }
+            (Entry::Dict(sub), Entry::Dict(view_sub)) => {
+                if !is_view_at(sub, view_sub, columns, row, leaf) {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// [`LentRows::write_row`] at one level.
+fn write_at(
+    template: &TensorDict,
+    src: &TensorDict,
+    columns: &[Column],
+    row: usize,
+    leaf: &mut usize,
+    prefix: &NestedKey,
+) -> Result<(), TensorDictError> {
+    let mismatch = |key: NestedKey, reason: String| TensorDictError::StackDicts {
+        key,
+        index: row,
+        reason,
+    };
+    if !same_shape(&template.batch_size()[1..], src.batch_size()) {
+        return Err(TensorDictError::StackBatchSize {
+            index: row,
+            expected: template.batch_size()[1..].to_vec(),
+            found: src.batch_size().to_vec(),
+        });
+    }
+    if let Some(extra) = src
+        .entries()
+        .keys()
+        .find(|key| template.entries().get(key).is_none())
+    {
+        return Err(mismatch(
+            prefix.child(extra),
+            "has this key but the batch does not".into(),
+        ));
+    }
+    for (name, entry) in template.entries().iter() {
+        let key = || prefix.child(name);
+        let Some(found) = src.entries().get(name) else {
+            return Err(mismatch(key(), "is missing from the row".into()));
+        };
+        match (entry, found) {
+            (Entry::Tensor(_), Entry::Tensor(t)) => {
+                let column = &columns[*leaf];
+                *leaf += 1;
+                if t.dtype() != column.dtype || !same_shape(t.shape(), &column.row_shape) {
+                    return Err(mismatch(
+                        key(),
+                        format!(
+                            "has shape {:?} and dtype {} but the batch rows have shape {:?} and dtype {}",
+                            t.shape(),
+                            t.dtype(),
+                            column.row_shape,
+                            column.dtype
+                        ),
+                    ));
+                }
+                let n = column.row_bytes;
+                if t.is_row_view(&column.block, row * n) {
+                    // Already in place (and its bytes must not be both
+                    // read and written here).
+                    continue;
+                }
+                #[allow(unsafe_code)]
+                // SAFETY: `row` is in range (asserted by `write_row`), no
+                // view of it is in use (the caller's promise), and `t` is
+                // not this row's view of this leaf (just checked): it views
+                // other bytes, which this write does not touch.
+                unsafe { column.block.bytes_mut(row * n, n) }.copy_from_slice(t.as_bytes());
+            }
+            (Entry::Dict(sub), Entry::Dict(src_sub)) => {
+                write_at(sub, src_sub, columns, row, leaf, &key())?;
+            }
+            (entry, other) => {
+                return Err(mismatch(
+                    key(),
+                    format!(
+                        "is a {} but the batch holds a {}",
+                        other.kind(),
+                        entry.kind()
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(rows: usize) -> TensorDict {
+        let mut td = TensorDict::new(&[rows]);
+        td.set("obs", Tensor::zeros(DType::F32, &[rows, 3]))
+            .unwrap();
+        td.set(("info", "done"), Tensor::zeros(DType::Bool, &[rows]))
+            .unwrap();
+        td
+    }
+
+    fn write(view: &mut TensorDict, value: f32) {
+        view.tensor_mut("obs")
+            .unwrap()
+            .as_mut_slice::<f32>()
+            .unwrap()
+            .fill(value);
+        view.tensor_mut(("info", "done"))
+            .unwrap()
+            .as_mut_slice::<bool>()
+            .unwrap()[0] = value > 1.0;
+    }
+
+    /// Every holder writes its own row from its own thread, round after
+    /// round; between rounds the batch's copy holds every row's last write.
+    #[allow(unsafe_code)]
+    #[test]
+    fn views_written_from_many_threads_land_in_their_rows() {
+        let (rows, views) = LentRows::lend(&batch(8)).unwrap();
+        let mut views: Vec<std::sync::Mutex<TensorDict>> =
+            views.into_iter().map(std::sync::Mutex::new).collect();
+        for round in 0..50 {
+            std::thread::scope(|scope| {
+                for (row, view) in views.iter_mut().enumerate() {
+                    scope.spawn(move || write(view.get_mut().unwrap(), (round * 8 + row) as f32));
+                }
+            });
+            // SAFETY: every writer has ended (the scope joined them).
+            let out = unsafe { rows.gather(&(0..8).collect::<Vec<_>>()) };
+            let obs = out.tensor("obs").unwrap().to_vec::<f32>().unwrap();
+            for row in 0..8 {
+                assert_eq!(obs[3 * row..3 * row + 3], [(round * 8 + row) as f32; 3]);
+            }
+        }
+    }
+
+    /// A copy made of a view (clone, index, reshape, a tensordict's clone)
+    /// keeps its values when the row is written again.
+    #[test]
+    fn copies_of_a_view_do_not_follow_its_row() {
+        let (_rows, mut views) = LentRows::lend(&batch(2)).unwrap();
+        write(&mut views[1], 5.0);
+        let td = views[1].clone();
+        let tensor = views[1].tensor("obs").unwrap().clone();
+        let first = views[1].tensor("obs").unwrap().index(0).unwrap();
+        let flat = views[1].tensor("obs").unwrap().reshape(&[3, 1]).unwrap();
+        write(&mut views[1], 7.0);
+        assert_eq!(td.tensor("obs").unwrap().to_vec::<f32>().unwrap(), [5.0; 3]);
+        assert_eq!(tensor.to_vec::<f32>().unwrap(), [5.0; 3]);
+        assert_eq!(first.item::<f32>().unwrap(), 5.0);
+        assert_eq!(flat.to_vec::<f32>().unwrap(), [5.0; 3]);
+        assert!(!tensor.shares_storage(views[1].tensor("obs").unwrap()));
+        assert_eq!(
+            views[1].tensor("obs").unwrap().to_vec::<f32>().unwrap(),
+            [7.0; 3]
+        );
+    }
+
+    /// A holder that replaced a tensor (or added a key) no longer holds a
+    /// view; its row can be written from it, with errors naming the key.
+    #[allow(unsafe_code)]
+    #[test]
+    fn a_replaced_tensor_is_seen_and_its_row_written() {
+        let (rows, mut views) = LentRows::lend(&batch(2)).unwrap();
+        assert!(rows.is_view(0, &views[0]) && rows.is_view(1, &views[1]));
+        assert!(!rows.is_view(1, &views[0]) && !rows.is_view(2, &views[0]));
+        views[0]
+            .set(
+                "obs",
+                Tensor::from_vec(&[3], vec![1.0f32, 2.0, 3.0]).unwrap(),
+            )
+            .unwrap();
+        assert!(!rows.is_view(0, &views[0]));
+        // SAFETY: no view is in use (one thread).
+        unsafe { rows.write_row(0, &views[0]) }.unwrap();
+        // SAFETY: as above.
+        let out = unsafe { rows.gather(&[0]) };
+        assert_eq!(
+            out.tensor("obs").unwrap().to_vec::<f32>().unwrap(),
+            [1.0, 2.0, 3.0]
+        );
+
+        let mut extra = views[1].clone();
+        extra.set("more", Tensor::scalar(1i64)).unwrap();
+        assert!(!rows.is_view(1, &extra));
+        // SAFETY: as above.
+        let err = unsafe { rows.write_row(1, &extra) }.unwrap_err();
+        assert!(err.to_string().contains("more"), "{err}");
+        let mut wrong = views[1].clone();
+        wrong.set("obs", Tensor::zeros(DType::F64, &[3])).unwrap();
+        // SAFETY: as above.
+        let err = unsafe { rows.write_row(1, &wrong) }.unwrap_err();
+        assert!(
+            err.to_string().contains("obs") && err.to_string().contains("f64"),
+            "{err}"
+        );
+        let mut missing = TensorDict::new(&[]);
+        missing.set("obs", Tensor::zeros(DType::F32, &[3])).unwrap();
+        // SAFETY: as above.
+        let err = unsafe { rows.write_row(1, &missing) }.unwrap_err();
+        assert!(err.to_string().contains("info"), "{err}");
+    }
+
+    /// Nothing to lend without rows or with a non-tensor.
+    #[test]
+    fn only_batches_of_tensors_are_lent() {
+        assert!(LentRows::lend(&TensorDict::new(&[])).is_none());
+        assert!(LentRows::lend(&batch(0)).is_none());
+        let mut td = batch(2);
+        td.set(
+            ("info", "note"),
+            crate::NonTensor::Stack(vec![1.into(), 2.into()]),
+        )
+        .unwrap();
+        assert!(LentRows::lend(&td).is_none());
+    }
+}

@@ -1,0 +1,120 @@
+//! Properties of lent rows: for any batch of tensors, each row's view holds
+//! that row, a gather of any rows is the batch's own gather of them, and
+//! rows written through their views are what the next gather copies out.
+
+mod common;
+
+use proptest::collection::vec;
+use proptest::prelude::*;
+use tensordict::{Entry, LentRows, TensorDict};
+
+/// Whether `td` holds a non-tensor at any depth.
+fn has_non_tensor(td: &TensorDict) -> bool {
+    td.iter().any(|(_, entry)| match entry {
+        Entry::NonTensor(_) => true,
+        Entry::Dict(sub) => has_non_tensor(sub),
+        Entry::Tensor(_) => false,
+    })
+}
+
+/// A batch (non-empty first dim), rows to gather, and a batch of the same
+/// structure whose rows are written through the views.
+fn case() -> impl Strategy<Value = (TensorDict, Vec<usize>, TensorDict)> {
+    common::batched_tensordict().prop_flat_map(|td| {
+        let rows = td.batch_size()[0];
+        let other = common::same_structure(&td);
+        (Just(td), vec(0..rows, 0..6), other)
+    })
+}
+
+/// As [`case`], with which rows a mixed gather takes from the other batch
+/// (and every row in order, to gather them all).
+fn mixed() -> impl Strategy<Value = (TensorDict, Vec<usize>, TensorDict, Vec<bool>, Vec<bool>)> {
+    case().prop_flat_map(|(td, picked, other)| {
+        let (n, rows) = (picked.len(), td.batch_size()[0]);
+        (
+            Just(td),
+            Just(picked),
+            Just(other),
+            vec(any::<bool>(), n),
+            vec(any::<bool>(), rows),
+        )
+    })
+}
+
+proptest! {
+    #[allow(unsafe_code)]
+    #[test]
+    fn views_hold_their_rows_and_gathers_copy_them((td, picked, other) in case()) {
+        let Some((rows, mut views)) = LentRows::lend(&td) else {
+            prop_assert!(has_non_tensor(&td));
+            return Ok(());
+        };
+        prop_assert!(!has_non_tensor(&td));
+        prop_assert_eq!(rows.rows(), td.batch_size()[0]);
+        for (row, view) in views.iter().enumerate() {
+            prop_assert_eq!(view, &td.index(row).unwrap());
+            prop_assert!(rows.is_view(row, view));
+        }
+        // SAFETY: one thread: no view is in use during a gather.
+        prop_assert_eq!(unsafe { rows.gather(&picked) }, td.gather_rows(&picked).unwrap());
+        let every: Vec<usize> = (0..rows.rows()).collect();
+        // SAFETY: one thread: no view is in use.
+        prop_assert_eq!(unsafe { rows.gather(&every) }, td.clone());
+
+        // Written through the views (in place: still views), the rows are
+        // the other batch's.
+        for (row, view) in views.iter_mut().enumerate() {
+            view.fill_from(&other.index(row).unwrap()).unwrap();
+            prop_assert!(rows.is_view(row, view));
+        }
+        // SAFETY: one thread: no view is in use.
+        prop_assert_eq!(unsafe { rows.gather(&every) }, other.clone());
+        // SAFETY: one thread: no view is in use.
+        prop_assert_eq!(unsafe { rows.gather(&picked) }, other.gather_rows(&picked).unwrap());
+        // Written by the batch's owner from copies, the same.
+        for row in 0..rows.rows() {
+            // SAFETY: one thread: no view is in use.
+            unsafe { rows.write_row(row, &td.index(row).unwrap()) }.unwrap();
+        }
+        // SAFETY: one thread: no view is in use.
+        prop_assert_eq!(unsafe { rows.gather(&every) }, td.clone());
+        prop_assert_eq!(&views[0], &td.index(0).unwrap());
+    }
+}
+
+proptest! {
+    /// A mixed gather takes each row from the batch its flag names: the
+    /// same as the rows gathered one by one.
+    #[allow(unsafe_code)]
+    #[test]
+    fn a_mixed_gather_takes_each_row_from_its_batch(
+        (td, picked, other, instead, all_instead) in mixed()
+    ) {
+        let (Some((mine, _views)), Some((theirs, _other_views))) =
+            (LentRows::lend(&td), LentRows::lend(&other))
+        else {
+            return Ok(());
+        };
+        let map = mine.leaves_in(&theirs).expect("one structure");
+        let every: Vec<usize> = (0..mine.rows()).collect();
+        for (rows, flags) in [(&picked, &instead), (&every, &all_instead)] {
+            // SAFETY: one thread: no view is in use during a gather.
+            let out = unsafe { mine.gather_or(rows, flags, &theirs, &map) };
+            prop_assert_eq!(out.batch_size()[0], rows.len());
+            for (j, (&row, &from_other)) in rows.iter().zip(flags.iter()).enumerate() {
+                let source = if from_other { &other } else { &td };
+                prop_assert_eq!(out.index(j).unwrap(), source.index(row).unwrap());
+            }
+        }
+        // A batch lacking a key of this one maps nowhere.
+        let mut fewer = TensorDict::new(td.batch_size());
+        if let Some((key, entry)) = td.items(true, true).into_iter().nth(1) {
+            fewer.set(&key, entry.clone()).unwrap();
+            if let Some((smaller, _)) = LentRows::lend(&fewer) {
+                prop_assert!(mine.leaves_in(&smaller).is_none());
+                prop_assert!(smaller.leaves_in(&mine).is_some());
+            }
+        }
+    }
+}
