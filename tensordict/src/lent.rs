@@ -673,6 +673,46 @@ mod tests {
         }
     }
 
+    /// Rows that no view is writing are copied out while other threads
+    /// write theirs: the copies hold what those rows hold, whatever the
+    /// writers do to the rows beside them.
+    #[allow(unsafe_code)]
+    #[test]
+    fn rows_are_copied_out_while_others_are_written() {
+        let (rows, views) = LentRows::lend(&batch(8)).unwrap();
+        let (mut busy, mut idle): (Vec<_>, Vec<_>) = views
+            .into_iter()
+            .enumerate()
+            .partition(|(row, _)| row % 2 == 0);
+        for (row, view) in &mut idle {
+            write(view, 100.0 + *row as f32);
+        }
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            for (row, view) in &mut busy {
+                let stop = &stop;
+                scope.spawn(move || {
+                    let mut round = 0u32;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        write(view, (round % 7) as f32 + *row as f32);
+                        round += 1;
+                    }
+                });
+            }
+            let idle_rows: Vec<usize> = idle.iter().map(|(row, _)| *row).collect();
+            for _ in 0..2000 {
+                // SAFETY: no view of the odd rows is in use (their holders,
+                // `idle`, are not touched meanwhile).
+                let out = unsafe { rows.gather(&idle_rows) };
+                let obs = out.tensor("obs").unwrap().to_vec::<f32>().unwrap();
+                for (j, &row) in idle_rows.iter().enumerate() {
+                    assert_eq!(obs[3 * j..3 * j + 3], [100.0 + row as f32; 3]);
+                }
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+
     /// A copy made of a view (clone, index, reshape, a tensordict's clone)
     /// keeps its values when the row is written again.
     #[test]
