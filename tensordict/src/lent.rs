@@ -14,6 +14,7 @@ use smallvec::SmallVec;
 
 use crate::entries::{same_name, Entries};
 use crate::rows::same_shape;
+use crate::tensor::Recycled;
 use crate::{DType, Entry, NestedKey, Shape, Tensor, TensorDict, TensorDictError};
 
 /// The bytes of one leaf of a lent batch, every row: written through its
@@ -194,7 +195,7 @@ struct Column {
 /// # fn main() -> Result<(), tensordict::TensorDictError> {
 /// let mut batch = TensorDict::new(&[2]);
 /// batch.set("obs", Tensor::zeros(tensordict::DType::F32, &[2, 3]))?;
-/// let (rows, mut views) = LentRows::lend(&batch).expect("tensors only");
+/// let (mut rows, mut views) = LentRows::lend(&batch).expect("tensors only");
 /// // Each holder writes its row in place (here, one after the other).
 /// for (row, view) in views.iter_mut().enumerate() {
 ///     view.tensor_mut("obs")?.as_mut_slice::<f32>()?.fill(row as f32);
@@ -214,6 +215,9 @@ pub struct LentRows {
     template: TensorDict,
     /// The batch's tensors, depth first in key order.
     columns: Vec<Column>,
+    /// The storages of the last gathers, reused once their batches are
+    /// dropped.
+    recycled: Recycled,
 }
 
 impl LentRows {
@@ -232,6 +236,7 @@ impl LentRows {
             rows,
             template: batch.clone(),
             columns,
+            recycled: Recycled::default(),
         };
         let views = (0..rows).map(|row| lent.view(row)).collect();
         Some((lent, views))
@@ -282,7 +287,7 @@ impl LentRows {
     /// neither write nor read them, and their last writes happen before it
     /// (a lock that both take, for example).
     #[allow(unsafe_code)]
-    pub unsafe fn gather(&self, rows: &[usize]) -> TensorDict {
+    pub unsafe fn gather(&mut self, rows: &[usize]) -> TensorDict {
         // SAFETY: the caller's promise, passed on.
         unsafe { self.gather_impl(rows, None) }
     }
@@ -321,7 +326,7 @@ impl LentRows {
     /// read (here or in `other`) is in use.
     #[allow(unsafe_code)]
     pub unsafe fn gather_or(
-        &self,
+        &mut self,
         rows: &[usize],
         instead: &[bool],
         other: &LentRows,
@@ -343,7 +348,7 @@ impl LentRows {
     /// As for [`LentRows::gather_or`].
     #[allow(unsafe_code)]
     unsafe fn gather_impl(
-        &self,
+        &mut self,
         rows: &[usize],
         or: Option<(&[bool], &LentRows, &LeafMap)>,
     ) -> TensorDict {
@@ -369,7 +374,8 @@ impl LentRows {
             })
             .collect();
         // One storage for the batch's tensors: one allocation per gather.
-        let tensors = Tensor::packed(&parts, |leaf, bytes| {
+        let mut recycled = std::mem::take(&mut self.recycled);
+        let tensors = Tensor::packed(&parts, &mut recycled, |leaf, bytes| {
             let column = &self.columns[leaf];
             let n = column.row_bytes;
             let block_of = |other: bool| match or {
@@ -404,6 +410,7 @@ impl LentRows {
                 unsafe { block_of(true).copy_rows(n, picks(true), bytes) };
             }
         });
+        self.recycled = recycled;
         let mut tensors = tensors.into_iter();
         build(
             &self.template,
@@ -655,7 +662,7 @@ mod tests {
     #[allow(unsafe_code)]
     #[test]
     fn views_written_from_many_threads_land_in_their_rows() {
-        let (rows, views) = LentRows::lend(&batch(8)).unwrap();
+        let (mut rows, views) = LentRows::lend(&batch(8)).unwrap();
         let mut views: Vec<std::sync::Mutex<TensorDict>> =
             views.into_iter().map(std::sync::Mutex::new).collect();
         for round in 0..50 {
@@ -679,7 +686,7 @@ mod tests {
     #[allow(unsafe_code)]
     #[test]
     fn rows_are_copied_out_while_others_are_written() {
-        let (rows, views) = LentRows::lend(&batch(8)).unwrap();
+        let (mut rows, views) = LentRows::lend(&batch(8)).unwrap();
         let (mut busy, mut idle): (Vec<_>, Vec<_>) = views
             .into_iter()
             .enumerate()
@@ -713,6 +720,49 @@ mod tests {
         });
     }
 
+    /// A gather reuses the storage of a batch its receiver dropped, and
+    /// never that of one still held: a held batch keeps its values.
+    #[allow(unsafe_code)]
+    #[test]
+    fn gathers_reuse_dropped_batches_and_leave_held_ones_alone() {
+        let (mut rows, mut views) = LentRows::lend(&batch(2)).unwrap();
+        let obs = |td: &TensorDict| td.tensor("obs").unwrap().to_vec::<f32>().unwrap();
+        let address = |td: &TensorDict| td.tensor("obs").unwrap().as_bytes().as_ptr() as usize;
+        let mut held = Vec::new();
+        for round in 0..4 {
+            for view in &mut views {
+                write(view, round as f32);
+            }
+            // SAFETY: one thread: no view is in use during a gather.
+            held.push(unsafe { rows.gather(&[0, 1]) });
+        }
+        for (round, td) in held.iter().enumerate() {
+            assert_eq!(obs(td), [round as f32; 6], "held batch {round}");
+        }
+        // Dropped, the oldest kept one's storage comes back; the held ones
+        // still keep their values.
+        let last = held.pop().unwrap();
+        let before = held.pop().unwrap();
+        let freed = address(&before);
+        drop(before);
+        write(&mut views[0], 9.0);
+        // SAFETY: as above.
+        let again = unsafe { rows.gather(&[0, 1]) };
+        assert_eq!(address(&again), freed);
+        assert_eq!(obs(&again), [9.0, 9.0, 9.0, 3.0, 3.0, 3.0]);
+        assert_eq!(obs(&last), [3.0; 6]);
+        // A batch whose tensor is still held elsewhere is not reused.
+        let kept = again.tensor("obs").unwrap().clone();
+        drop(again);
+        // SAFETY: as above.
+        let other = unsafe { rows.gather(&[0, 1]) };
+        assert_ne!(address(&other), kept.as_bytes().as_ptr() as usize);
+        assert_eq!(
+            kept.to_vec::<f32>().unwrap(),
+            [9.0, 9.0, 9.0, 3.0, 3.0, 3.0]
+        );
+    }
+
     /// A copy made of a view (clone, index, reshape, a tensordict's clone)
     /// keeps its values when the row is written again.
     #[test]
@@ -740,7 +790,7 @@ mod tests {
     #[allow(unsafe_code)]
     #[test]
     fn a_replaced_tensor_is_seen_and_its_row_written() {
-        let (rows, mut views) = LentRows::lend(&batch(2)).unwrap();
+        let (mut rows, mut views) = LentRows::lend(&batch(2)).unwrap();
         assert!(rows.is_view(0, &views[0]) && rows.is_view(1, &views[1]));
         assert!(!rows.is_view(1, &views[0]) && !rows.is_view(2, &views[0]));
         views[0]

@@ -98,6 +98,52 @@ enum Backing {
     Row(Arc<RowBlock>),
 }
 
+/// Storages of [`Tensor::packed`] batches kept for reuse: the last two, so
+/// that a receiver that holds one batch while it asks for the next (and
+/// then drops the one before) gets the storage of the one before back.
+#[derive(Default)]
+pub(crate) struct Recycled(SmallVec<[Arc<Storage>; 2]>);
+
+impl Recycled {
+    /// How many storages are kept.
+    const KEPT: usize = 2;
+
+    /// A storage of `nbytes` bytes that only this cache holds (no tensor
+    /// views it), taken out of the cache; else a new one.
+    fn take(&mut self, nbytes: usize) -> Arc<Storage> {
+        let words = nbytes.div_ceil(8);
+        let free = self
+            .0
+            .iter()
+            .position(|s| Arc::strong_count(s) == 1 && s.words.len() == words);
+        match free {
+            Some(i) => {
+                // Acquire: pairs with the Release decrement of the last
+                // tensor's drop, so its reads happen before our writes
+                // (`Arc::get_mut` checks again, with its own ordering).
+                std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+                self.0.remove(i)
+            }
+            None => Arc::new(Storage::zeroed(nbytes)),
+        }
+    }
+
+    /// Keeps `storage` for a later [`Recycled::take`], dropping the oldest
+    /// kept beyond [`Recycled::KEPT`].
+    fn keep(&mut self, storage: &Arc<Storage>) {
+        if self.0.len() == Recycled::KEPT {
+            self.0.remove(0);
+        }
+        self.0.push(Arc::clone(storage));
+    }
+}
+
+impl fmt::Debug for Recycled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Recycled({} storages)", self.0.len())
+    }
+}
+
 /// Number of elements of a shape, `None` on overflow.
 pub(crate) fn checked_numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
@@ -163,12 +209,15 @@ impl Tensor {
         matches!(&self.storage, Backing::Row(b) if Arc::ptr_eq(b, block)) && self.offset == offset
     }
 
-    /// Tensors of `parts` (dtype and shape each) side by side in one new
+    /// Tensors of `parts` (dtype and shape each) side by side in one
     /// storage (each at an 8-byte-aligned offset), their bytes written by
-    /// `fill(i, bytes)`: one allocation for a whole batch's tensors. Each
-    /// is copied on its first write, as any tensor whose storage is shared.
+    /// `fill(i, bytes)`: one allocation for a whole batch's tensors, or
+    /// none when `recycled` holds a storage of that size that no tensor
+    /// views any more (a batch its receiver dropped). Each is copied on its
+    /// first write, as any tensor whose storage is shared.
     pub(crate) fn packed(
         parts: &[(DType, Shape)],
+        recycled: &mut Recycled,
         mut fill: impl FnMut(usize, &mut [u8]),
     ) -> Vec<Tensor> {
         let sizes: SmallVec<[usize; 8]> = parts
@@ -176,15 +225,21 @@ impl Tensor {
             .map(|(dtype, shape)| shape.iter().product::<usize>() * dtype.size())
             .collect();
         let total: usize = sizes.iter().map(|n| n.next_multiple_of(8)).sum();
-        let mut storage = Storage::zeroed(total);
+        let mut storage = recycled.take(total);
         let mut offsets: SmallVec<[usize; 8]> = SmallVec::with_capacity(parts.len());
         let mut at = 0;
-        for (i, &n) in sizes.iter().enumerate() {
-            offsets.push(at);
-            fill(i, &mut storage.bytes_mut()[at..at + n]);
-            at += n.next_multiple_of(8);
+        {
+            // Unique: just made, or no tensor views it (`Recycled::take`).
+            let bytes = Arc::get_mut(&mut storage)
+                .expect("a storage no one else holds")
+                .bytes_mut();
+            for (i, &n) in sizes.iter().enumerate() {
+                offsets.push(at);
+                fill(i, &mut bytes[at..at + n]);
+                at += n.next_multiple_of(8);
+            }
         }
-        let storage = Arc::new(storage);
+        recycled.keep(&storage);
         parts
             .iter()
             .zip(sizes.iter().zip(&offsets))

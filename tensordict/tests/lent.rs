@@ -46,7 +46,7 @@ proptest! {
     #[allow(unsafe_code)]
     #[test]
     fn views_hold_their_rows_and_gathers_copy_them((td, picked, other) in case()) {
-        let Some((rows, mut views)) = LentRows::lend(&td) else {
+        let Some((mut rows, mut views)) = LentRows::lend(&td) else {
             prop_assert!(has_non_tensor(&td));
             return Ok(());
         };
@@ -91,7 +91,7 @@ proptest! {
     fn a_mixed_gather_takes_each_row_from_its_batch(
         (td, picked, other, instead, all_instead) in mixed()
     ) {
-        let (Some((mine, _views)), Some((theirs, _other_views))) =
+        let (Some((mut mine, _views)), Some((theirs, _other_views))) =
             (LentRows::lend(&td), LentRows::lend(&other))
         else {
             return Ok(());
