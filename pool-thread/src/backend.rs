@@ -427,14 +427,17 @@ impl ThreadBackend {
     }
 
     /// The results of `op` of `envs` (done, distinct, ascending) as batches,
-    /// from the batch rows that workers fill with
-    /// [`Rows::Batch`](crate::Rows::Batch) (`BatchRows::gather`): the `"next"` batch (for a step) and the
-    /// root batch (for a reset or step-and-maybe-reset). For all envs in
-    /// order these are the backend's batches themselves (shared: the next
-    /// results are written into a copy if the caller still holds them);
-    /// otherwise their rows gathered into new batches. `None` without batch
-    /// rows, or if a result is not in its row (read it with
-    /// [`ThreadBackend::peek_many`], which reports what is wrong with it).
+    /// from the batch rows of [`Rows::Batch`](crate::Rows::Batch): the
+    /// `"next"` batch (for a step) and the root batch (for a reset or
+    /// step-and-maybe-reset). Rows lent to the envs (results of tensors
+    /// only: the envs write them in place) are copied out, all the
+    /// batch's tensors in one storage; rows the workers copy results into
+    /// (`BatchRows::gather`) are, for all envs in order, the backend's
+    /// batches themselves (shared: the next results are written into a
+    /// copy if the caller still holds them), otherwise their rows gathered
+    /// into new batches. `None` without batch rows, or if a result is not
+    /// in its row (read it with [`ThreadBackend::peek_many`], which
+    /// reports what is wrong with it).
     #[doc(hidden)]
     pub fn gather(
         &self,
