@@ -59,6 +59,9 @@ impl Storage {
 /// the viewed elements first if the storage is shared (copy on write), so a
 /// tensor someone else still holds never changes under them. Stacking views
 /// that already sit side by side in one storage copies nothing either.
+/// The exception is a row view of a lent batch ([`crate::LentRows`]): it
+/// writes its row in place, and its clones and views are copies, so that
+/// it stays the only tensor that sees its row.
 ///
 /// Equality is bit-for-bit: same dtype, same shape, same bytes.
 ///
