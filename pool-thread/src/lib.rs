@@ -58,7 +58,7 @@
 //! ```
 //!
 //! `unsafe` code is denied in the crate but for one module, `row_store`:
-//! the two calls into `tensordict::LentRows` whose soundness rests on this
+//! the calls into `tensordict::LentRows` whose soundness rests on this
 //! backend's protocol (a row is read or written by the store only while
 //! its flags, cleared by a send and set by the publication, both under the
 //! store's lock, say that its env is not running).

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::entries::{same_name, Entries};
-use crate::rows::same_shape;
+use crate::rows::{row_mismatch, same_shape};
 use crate::tensor::Recycled;
 use crate::{DType, Entry, NestedKey, Shape, Tensor, TensorDict, TensorDictError};
 
@@ -170,6 +170,8 @@ pub struct LeafMap(Vec<usize>);
 /// One leaf of a lent batch.
 #[derive(Debug)]
 struct Column {
+    /// Its key in the batch.
+    key: NestedKey,
     block: Arc<RowBlock>,
     dtype: DType,
     /// The shape of one row.
@@ -234,7 +236,7 @@ impl LentRows {
             return None;
         }
         let mut columns = Vec::new();
-        collect_columns(batch, rows, &mut columns)?;
+        collect_columns(batch, rows, &NestedKey::default(), &mut columns)?;
         let lent = LentRows {
             rows,
             template: batch.clone(),
@@ -299,7 +301,9 @@ impl LentRows {
     }
 
     /// Rows `rows` (in that order, repeats allowed) as a new batch of
-    /// batch size `[rows.len(), ..]`, each tensor in storage of its own.
+    /// batch size `[rows.len(), ..]`, its tensors side by side in one
+    /// storage of their own (that of a batch of an earlier gather when its
+    /// receiver has dropped all of it).
     ///
     /// # Panics
     /// If a row is out of range.
@@ -321,12 +325,11 @@ impl LentRows {
         if other.rows != self.rows {
             return None;
         }
-        let (mine, theirs) = (leaf_keys(&self.template), leaf_keys(&other.template));
-        let map = mine
+        let map = self
+            .columns
             .iter()
-            .zip(&self.columns)
-            .map(|(key, column)| {
-                let at = theirs.iter().position(|k| k == key)?;
+            .map(|column| {
+                let at = other.columns.iter().position(|c| c.key == column.key)?;
                 let found = &other.columns[at];
                 (found.dtype == column.dtype && same_shape(&found.row_shape, &column.row_shape))
                     .then_some(at)
@@ -396,9 +399,9 @@ impl LentRows {
             })
             .collect();
         // One storage for the batch's tensors: one allocation per gather.
-        let mut recycled = std::mem::take(&mut self.recycled);
-        let tensors = Tensor::packed(&parts, &mut recycled, |leaf, bytes| {
-            let column = &self.columns[leaf];
+        let (columns, total) = (&self.columns, self.rows);
+        let tensors = Tensor::packed(&parts, &mut self.recycled, |leaf, bytes| {
+            let column = &columns[leaf];
             let n = column.row_bytes;
             let block_of = |other: bool| match or {
                 Some((_, batch, map)) if other => &batch.columns[map.0[leaf]].block,
@@ -416,7 +419,7 @@ impl LentRows {
             // use (the caller's promise).
             if every {
                 // SAFETY: as above, for every row.
-                let all = unsafe { block_of(bulk_other).bytes(0, self.rows * n) };
+                let all = unsafe { block_of(bulk_other).bytes(0, total * n) };
                 bytes.copy_from_slice(all);
                 if others != 0 && others != rows.len() {
                     // SAFETY: as above.
@@ -432,7 +435,6 @@ impl LentRows {
                 unsafe { block_of(true).copy_rows(n, picks(true), bytes) };
             }
         });
-        self.recycled = recycled;
         let mut tensors = tensors.into_iter();
         build(
             &self.template,
@@ -469,26 +471,15 @@ impl LentRows {
     }
 }
 
-/// The keys of `td`'s tensors, depth first in key order (the order of a
-/// lent batch's columns).
-fn leaf_keys(td: &TensorDict) -> Vec<NestedKey> {
-    fn walk(td: &TensorDict, prefix: &NestedKey, out: &mut Vec<NestedKey>) {
-        for (name, entry) in td.entries().iter() {
-            match entry {
-                Entry::Tensor(_) => out.push(prefix.child(name)),
-                Entry::Dict(sub) => walk(sub, &prefix.child(name), out),
-                Entry::NonTensor(_) => {}
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(td, &NestedKey::default(), &mut out);
-    out
-}
-
-/// The columns of `batch`'s tensors, depth first; `None` at a non-tensor.
-fn collect_columns(batch: &TensorDict, rows: usize, columns: &mut Vec<Column>) -> Option<()> {
-    for (_, entry) in batch.entries().iter() {
+/// The columns of `batch`'s tensors (under `prefix`), depth first in key
+/// order; `None` at a non-tensor.
+fn collect_columns(
+    batch: &TensorDict,
+    rows: usize,
+    prefix: &NestedKey,
+    columns: &mut Vec<Column>,
+) -> Option<()> {
+    for (name, entry) in batch.entries().iter() {
         match entry {
             Entry::Tensor(t) => {
                 let block = RowBlock::zeroed(t.nbytes());
@@ -496,13 +487,14 @@ fn collect_columns(batch: &TensorDict, rows: usize, columns: &mut Vec<Column>) -
                 // SAFETY: the block was just made: no view of it exists.
                 unsafe { block.bytes_mut(0, t.nbytes()) }.copy_from_slice(t.as_bytes());
                 columns.push(Column {
+                    key: prefix.child(name),
                     block: Arc::new(block),
                     dtype: t.dtype(),
                     row_shape: Shape::from_slice(&t.shape()[1..]),
                     row_bytes: t.nbytes() / rows,
                 });
             }
-            Entry::Dict(sub) => collect_columns(sub, rows, columns)?,
+            Entry::Dict(sub) => collect_columns(sub, rows, &prefix.child(name), columns)?,
             Entry::NonTensor(_) => return None,
         }
     }
@@ -580,11 +572,7 @@ fn write_at(
     leaf: &mut usize,
     prefix: &NestedKey,
 ) -> Result<(), TensorDictError> {
-    let mismatch = |key: NestedKey, reason: String| TensorDictError::StackDicts {
-        key,
-        index: row,
-        reason,
-    };
+    let mismatch = |key: NestedKey, reason: String| row_mismatch(key, row, reason);
     if !same_shape(&template.batch_size()[1..], src.batch_size()) {
         return Err(TensorDictError::StackBatchSize {
             index: row,

@@ -309,7 +309,7 @@ impl TensorDict {
     }
 }
 
-fn row_mismatch(key: NestedKey, row: usize, reason: String) -> TensorDictError {
+pub(crate) fn row_mismatch(key: NestedKey, row: usize, reason: String) -> TensorDictError {
     TensorDictError::StackDicts {
         key,
         index: row,

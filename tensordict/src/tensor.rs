@@ -42,6 +42,13 @@ impl Storage {
         Some(Storage { words })
     }
 
+    /// A storage holding a copy of `bytes`.
+    fn copy_of(bytes: &[u8]) -> Storage {
+        let mut storage = Storage::zeroed(bytes.len());
+        storage.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
+        storage
+    }
+
     fn bytes(&self) -> &[u8] {
         bytemuck::cast_slice(&self.words)
     }
@@ -260,14 +267,12 @@ impl Tensor {
     /// as the shape needs, checked by the caller, a crate function whose
     /// bytes come from a tensor of this dtype).
     pub(crate) fn from_trusted_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Tensor {
-        let mut storage = Storage::zeroed(bytes.len());
-        storage.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
         Tensor {
             dtype,
             shape: shape.into(),
             offset: 0,
             nbytes: bytes.len(),
-            storage: Backing::Shared(Arc::new(storage)),
+            storage: Backing::Shared(Arc::new(Storage::copy_of(bytes))),
         }
     }
 
@@ -406,9 +411,7 @@ impl Tensor {
         // The storage is never shared through a `Weak`, so a strong count of
         // one means no other tensor can see it.
         if Arc::strong_count(shared) != 1 {
-            let mut storage = Storage::zeroed(self.nbytes);
-            storage.bytes_mut()[..self.nbytes].copy_from_slice(self.as_bytes());
-            self.storage = Backing::Shared(Arc::new(storage));
+            self.storage = Backing::Shared(Arc::new(Storage::copy_of(self.as_bytes())));
             self.offset = 0;
         } else {
             // Acquire: pairs with the Release decrement of the last other

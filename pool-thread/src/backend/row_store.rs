@@ -52,15 +52,15 @@ impl RowStore {
         nexts: &[&TensorDict],
         roots: &[&TensorDict],
     ) -> Option<(RowStore, Option<Views>)> {
+        if roots.len() != nexts.len() {
+            return None;
+        }
         let stacked = |tds: &[&TensorDict]| -> Option<TensorDict> {
             let mut batch = TensorDict::zeros_stacked(tds.first()?, tds.len()).ok()?;
             batch.write_rows(tds).ok()?;
             Some(batch)
         };
         let (next, root) = (stacked(nexts)?, stacked(roots)?);
-        if roots.len() != nexts.len() {
-            return None;
-        }
         if let (Some((next, next_views)), Some((root, root_views))) =
             (LentRows::lend(&next), LentRows::lend(&root))
         {
