@@ -23,7 +23,14 @@ pub const FAILED: u8 = 3;
 /// The phase of every env of a pool: [`IDLE`], [`QUEUED`], [`DONE`] or
 /// [`FAILED`]. A send moves an env from `IDLE` to `QUEUED`; whoever sees
 /// its result (or failure) first moves it to `DONE` (or `FAILED`); the
-/// receiver that took the result moves it back to `IDLE`.
+/// receiver that took the result moves it back to `IDLE`, and only from
+/// there ([`Phases::release`] of an env in flight does nothing).
+///
+/// A send that [`Phases::claim`]s its envs owns them until it queues
+/// them: of several sends to one env, one wins; and whatever the last run
+/// of a claimed env did comes before the claim (its publication, the
+/// release, the claim: each reads the one before with `Acquire`). The
+/// threading backend writes an env's input row in that window.
 pub struct Phases {
     phases: Box<[AtomicU8]>,
 }
@@ -92,6 +99,27 @@ impl Phases {
         self.phases[env].store(QUEUED, Ordering::Release);
     }
 
+    /// Claims env `env` for a send: moves it from [`IDLE`] to [`QUEUED`]
+    /// and returns true, or returns false (leaving it as it is) if it was
+    /// not idle. What the env's last run did comes before a successful
+    /// claim (see [`Phases`]).
+    #[inline]
+    pub fn claim(&self, env: usize) -> bool {
+        // AcqRel: Acquire pairs with the Release of the `release` that made
+        // the env idle; Release, as `queue`, with whoever acts on QUEUED.
+        self.phases[env]
+            .compare_exchange(IDLE, QUEUED, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Gives back env `env`, which the caller [`Phases::claim`]ed and did
+    /// not queue after all (its send failed): [`IDLE`] again.
+    #[inline]
+    pub fn unclaim(&self, env: usize) {
+        // Release: the claimer's writes come before the next claim.
+        self.phases[env].store(IDLE, Ordering::Release);
+    }
+
     /// Publishes env `env`'s result ([`DONE`]) or error ([`FAILED`]),
     /// written before this call.
     #[inline]
@@ -102,13 +130,21 @@ impl Phases {
         self.phases[env].store(phase, Ordering::Release);
     }
 
-    /// Marks env `env` idle once its result was taken.
+    /// Marks env `env` idle once its result was taken: from [`DONE`] or
+    /// [`FAILED`] only (an env in flight, or idle, is left as it is).
     #[inline]
     pub fn release(&self, env: usize) {
-        // Release: pairs with the Acquire of the next send's check
-        // (`is_idle`): the taking of the result comes before the next
-        // command.
-        self.phases[env].store(IDLE, Ordering::Release);
+        let phase = &self.phases[env];
+        // Relaxed: a guess at the phase, which the exchange below checks.
+        let done = match phase.load(Ordering::Relaxed) {
+            FAILED => FAILED,
+            _ => DONE,
+        };
+        // AcqRel: Acquire pairs with the Release of the publication (its
+        // run comes before this); Release with the Acquire of the next
+        // send's check (`is_idle`) or claim: the taking of the result, and
+        // the run before it, come before the next command.
+        let _ = phase.compare_exchange(done, IDLE, Ordering::AcqRel, Ordering::Relaxed);
     }
 
     /// Env `env`'s atomic, for the liveness protocol.
@@ -137,5 +173,26 @@ mod tests {
         phases.publish(1, true);
         assert!(phases.is_done(1) && phases.is_failed(1));
         assert_eq!(format!("{phases:?}"), "[0, 3]");
+    }
+
+    /// A claim takes an idle env only; a release leaves an env in flight
+    /// (or idle) alone.
+    #[test]
+    fn a_claim_takes_an_idle_env_and_a_release_a_done_one() {
+        let phases = Phases::new(1);
+        phases.release(0);
+        assert!(phases.is_idle(0));
+        assert!(phases.claim(0));
+        assert!(!phases.claim(0), "claimed twice");
+        phases.release(0);
+        assert_eq!(phases.get(0), QUEUED, "released in flight");
+        phases.publish(0, false);
+        assert!(!phases.claim(0), "claimed with its result waiting");
+        phases.release(0);
+        phases.unclaim(0);
+        assert!(phases.claim(0), "claimed again once given back");
+        phases.publish(0, true);
+        phases.release(0);
+        assert!(phases.is_idle(0));
     }
 }

@@ -1,5 +1,7 @@
 //! Loom models of the protocols both backends share: a command is never
-//! left waiting for a dead worker (`Liveness` with `Phases`).
+//! left waiting for a dead worker (`Liveness` with `Phases`); and the
+//! threading backend's claim of an env (`Phases::claim`), after which a
+//! send writes the env's input row in place.
 //!
 //! Run with `cargo xtask loom` (`RUSTFLAGS="--cfg loom"`, release mode,
 //! `LOOM_MAX_PREEMPTIONS=3`). Under `cfg(loom)` the atomics of
@@ -9,7 +11,7 @@
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
-use pool_core::phase::{FAILED, QUEUED};
+use pool_core::phase::{DONE, FAILED, IDLE, QUEUED};
 use pool_core::{Liveness, Phases};
 
 /// Fails env `env` if its command is still in flight, under its cell's
@@ -89,5 +91,62 @@ fn the_fences_alone_keep_a_command_from_waiting() {
         sender.join().unwrap();
         reader.join().unwrap();
         assert_eq!(phases.get(0), FAILED, "a command waits for a dead worker");
+    });
+}
+
+/// An env's input row, written by a send once it claimed the env, never
+/// meets the read of the env's last run, whatever a stray release does
+/// meanwhile (a release of an env in flight does nothing): the run's read,
+/// its publication, the release that made the env idle and the claim each
+/// come before the next. Loom's cell reports any write that meets the read.
+#[test]
+fn an_input_written_after_a_claim_never_meets_the_last_run() {
+    loom::model(|| {
+        let phases = Arc::new(Phases::new(1));
+        let input = Arc::new(loom::cell::UnsafeCell::new(0u32));
+        // The first send: claimed, its input written, then handed over
+        // (the spawn below is the queue's hand-off).
+        assert!(phases.claim(0));
+        // SAFETY: no other thread exists yet.
+        input.with_mut(|row| unsafe { *row = 1 });
+        let worker = {
+            let (phases, input) = (phases.clone(), input.clone());
+            thread::spawn(move || {
+                // SAFETY: the access under test (loom checks it).
+                let action = input.with(|row| unsafe { *row });
+                assert_eq!(action, 1, "the run reads its send's input");
+                phases.publish(0, false);
+            })
+        };
+        // A receiver that takes the result whenever it sees it, and so a
+        // release that may come while the env is still in flight.
+        let receiver = {
+            let phases = phases.clone();
+            thread::spawn(move || phases.release(0))
+        };
+        // The next send: writes only if it claims the env.
+        let sender = {
+            let (phases, input) = (phases.clone(), input.clone());
+            thread::spawn(move || {
+                if phases.claim(0) {
+                    // SAFETY: the access under test (loom checks it).
+                    input.with_mut(|row| unsafe { *row = 2 });
+                    true
+                } else {
+                    false
+                }
+            })
+        };
+        worker.join().unwrap();
+        receiver.join().unwrap();
+        let claimed = sender.join().unwrap();
+        // Claimed only after the release that followed the publication;
+        // else the env is done or idle, never left in flight.
+        let phase = phases.get(0);
+        if claimed {
+            assert_eq!(phase, QUEUED);
+        } else {
+            assert!(phase == DONE || phase == IDLE, "phase {phase}");
+        }
     });
 }

@@ -30,12 +30,15 @@ use crate::queue::WorkQueue;
 use crate::ThreadError;
 
 use self::cell::{sync_root, Cell};
+use self::input_rows::InputRows;
 use self::inputs::{Checked, Inputs};
 use self::row_store::RowStore;
 use self::worker::Held;
 
 mod cell;
 mod help;
+#[allow(unsafe_code)]
+mod input_rows;
 mod inputs;
 #[allow(unsafe_code)]
 mod row_store;
@@ -119,6 +122,10 @@ pub struct ThreadBackend {
     specs: Vec<EnvSpecs>,
     names: Vec<String>,
     inputs: Inputs,
+    /// The envs' inputs as rows of one batch that a send writes (envs whose
+    /// inputs have one layout of tensors), else `None`: each worker copies
+    /// its env's input from the sent tensordict.
+    input_rows: Option<InputRows>,
     handles: Mutex<Vec<JoinHandle<()>>>,
     /// Whether the worker threads are pinned ([`ThreadOptions::affinity`]).
     pinned: bool,
@@ -225,7 +232,8 @@ impl ThreadBackend {
         }
         // Every input is checked here, once per kind of env input buffer
         // (the rows of one send all have one layout), before anything is
-        // queued; the worker that runs the env copies it.
+        // queued; then written into the envs' input rows, or copied by the
+        // worker that runs the env.
         let mut checked = Checked::default();
         let rows = src.and_then(|src| src.batch_size().first().copied());
         let takes_input = |env: usize| op != Op::Reset || self.inputs.reset_takes_input[env];
@@ -261,15 +269,25 @@ impl ThreadBackend {
                 }
             }
         }
+        // The envs become this send's (queued), or none does if another
+        // send took one meanwhile.
+        let claimed = input_rows::claim(&self.shared.phases, jobs)
+            .map_err(|env| ThreadError::Busy { env })?;
+        if let (Some(input_rows), Some(src)) = (&self.input_rows, src) {
+            // The inputs straight into the rows the envs read (checked
+            // above, so this cannot fail but for a bug).
+            input_rows
+                .write(claimed, src, takes_input)
+                .map_err(|(env, source)| ThreadError::Input {
+                    env,
+                    name: self.names[env].clone(),
+                    source: Box::new(source),
+                })?;
+        }
         if let Some(batch) = &self.shared.batch {
             // The envs may write their lent rows from now on: the rows no
             // longer hold their results.
             lock(batch).sent(jobs.iter().map(|&(env, _)| env));
-        }
-        for &(env, _) in jobs {
-            // The job carries the input (the worker takes it under the
-            // queue's lock); nothing else of the env's is written by a send.
-            self.shared.phases.queue(env);
         }
         // The jobs go straight into the workers' queues, a chunk per worker.
         let shared_src = shared_src.cloned();

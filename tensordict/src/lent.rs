@@ -103,40 +103,94 @@ impl RowBlock {
         picks: impl Iterator<Item = (usize, usize)>,
         dst: &mut [u8],
     ) {
-        /// `N` bytes a row (`N == 0`: `n`).
-        #[inline(always)]
-        #[allow(unsafe_code)]
-        unsafe fn run<const N: usize>(
-            block: &RowBlock,
-            n: usize,
-            picks: impl Iterator<Item = (usize, usize)>,
-            dst: &mut [u8],
-        ) {
-            let n = if N == 0 { n } else { N };
-            let (len, room) = (block.len, dst.len());
-            let src = block.ptr.as_ptr().cast::<u8>();
-            let out = dst.as_mut_ptr();
-            for (j, row) in picks {
-                assert!(
-                    (row + 1) * n <= len && (j + 1) * n <= room,
-                    "row {row} inside the block, its place {j} inside the destination"
-                );
-                // SAFETY: both ranges in bounds (just asserted), not
-                // overlapping (`dst` is another allocation: a `&mut`), the
-                // source not written meanwhile (the caller's promise).
-                unsafe { std::ptr::copy_nonoverlapping(src.add(row * n), out.add(j * n), n) };
-            }
-        }
-        // SAFETY: the caller's promise, passed on; bounds asserted.
+        // SAFETY: the block's bytes are readable and the rows read are not
+        // written meanwhile (the caller's promise); `dst` is writable and
+        // another allocation (a `&mut`), accessed by nothing else.
         unsafe {
-            match n {
-                1 => run::<1>(self, n, picks, dst),
-                2 => run::<2>(self, n, picks, dst),
-                4 => run::<4>(self, n, picks, dst),
-                8 => run::<8>(self, n, picks, dst),
-                16 => run::<16>(self, n, picks, dst),
-                _ => run::<0>(self, n, picks, dst),
-            }
+            move_rows(
+                n,
+                picks,
+                (self.ptr.as_ptr().cast::<u8>(), self.len),
+                (dst.as_mut_ptr(), dst.len()),
+            );
+        }
+    }
+
+    /// Writes `src[from * n..]` into row `row` (rows of `n` bytes) for every
+    /// `(row, from)` of `picks`: [`RowBlock::copy_rows`] the other way.
+    ///
+    /// # Panics
+    /// If a row ends past the block or its source past `src`.
+    ///
+    /// # Safety
+    /// Nothing else reads or writes the rows written during the call, and
+    /// `src` is not in this block.
+    #[allow(unsafe_code)]
+    #[inline]
+    unsafe fn write_rows(&self, n: usize, picks: impl Iterator<Item = (usize, usize)>, src: &[u8]) {
+        // SAFETY: the block was allocated writable (`Box::into_raw`) and the
+        // rows written are accessed by nothing else (the caller's
+        // promise); `src` is readable, not written meanwhile (a shared
+        // borrow) and not in the block (the caller's promise).
+        unsafe {
+            move_rows(
+                n,
+                picks,
+                (src.as_ptr(), src.len()),
+                (self.ptr.as_ptr().cast::<u8>(), self.len),
+            );
+        }
+    }
+}
+
+/// Copies rows of `n` bytes from `src` (a pointer and its length in bytes)
+/// to `dst`: row `from` to place `to` for every `(to, from)` of `picks`,
+/// the sizes of a small row as fixed-size moves.
+///
+/// # Panics
+/// If a row ends past its side.
+///
+/// # Safety
+/// `src` is readable for its length and not written during the call; `dst`
+/// is writable for its length; the rows written are accessed by nothing
+/// else during the call and do not overlap those read.
+#[allow(unsafe_code)]
+#[inline]
+unsafe fn move_rows(
+    n: usize,
+    picks: impl Iterator<Item = (usize, usize)>,
+    src: (*const u8, usize),
+    dst: (*mut u8, usize),
+) {
+    /// `N` bytes a row (`N == 0`: `n`).
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn run<const N: usize>(
+        n: usize,
+        picks: impl Iterator<Item = (usize, usize)>,
+        (src, len): (*const u8, usize),
+        (dst, room): (*mut u8, usize),
+    ) {
+        let n = if N == 0 { n } else { N };
+        for (to, from) in picks {
+            assert!(
+                (from + 1) * n <= len && (to + 1) * n <= room,
+                "row {from} inside the source, its place {to} inside the destination"
+            );
+            // SAFETY: both ranges in bounds (just asserted), not overlapping
+            // and not otherwise accessed (the caller's promise).
+            unsafe { std::ptr::copy_nonoverlapping(src.add(from * n), dst.add(to * n), n) };
+        }
+    }
+    // SAFETY: the caller's promise, passed on; bounds asserted.
+    unsafe {
+        match n {
+            1 => run::<1>(n, picks, src, dst),
+            2 => run::<2>(n, picks, src, dst),
+            4 => run::<4>(n, picks, src, dst),
+            8 => run::<8>(n, picks, src, dst),
+            16 => run::<16>(n, picks, src, dst),
+            _ => run::<0>(n, picks, src, dst),
         }
     }
 }
@@ -468,6 +522,106 @@ impl LentRows {
             &mut leaf,
             &NestedKey::default(),
         )
+    }
+    /// Writes rows of `src` into this batch's, for this batch's keys (`src`
+    /// may have more): for every `(row, from)` of `picks`, row `from` of
+    /// `src` (each tensor's first dim) into row `row`, or, for `from` of
+    /// `None`, `src` itself as the row. A batch's inputs written straight
+    /// into the rows that its envs read: one copy of each column when
+    /// `picks` is every row in order, from as many rows. An error names the
+    /// first key that `src` lacks or holds with another dtype or shape, or
+    /// a row past its first dim; the rows may then be partly written.
+    ///
+    /// # Panics
+    /// If a `row` is out of range.
+    ///
+    /// # Safety
+    /// No view of the rows written is in use during the call, as for
+    /// [`LentRows::gather`].
+    #[allow(unsafe_code)]
+    pub unsafe fn write_rows_from(
+        &self,
+        src: &TensorDict,
+        picks: &[(usize, Option<usize>)],
+    ) -> Result<(), TensorDictError> {
+        assert!(
+            picks.iter().all(|&(row, _)| row < self.rows),
+            "a row out of range"
+        );
+        let every = picks.len() == self.rows
+            && picks
+                .iter()
+                .enumerate()
+                .all(|(j, &(row, from))| row == j && from == Some(j));
+        for column in &self.columns {
+            let t = match src.get(&column.key) {
+                Some(Entry::Tensor(t)) => t,
+                Some(other) => {
+                    return Err(row_mismatch(
+                        column.key.clone(),
+                        picks.first().map_or(0, |&(row, _)| row),
+                        format!("is a {} but the batch holds a tensor", other.kind()),
+                    ))
+                }
+                None => {
+                    return Err(TensorDictError::KeyNotFound {
+                        key: column.key.clone(),
+                        available: src.iter().map(|(k, _)| k.to_owned()).collect(),
+                    })
+                }
+            };
+            let shape = t.shape();
+            // The rows `src` has, if its tensor is a batch of this column's
+            // rows; whether it is one row.
+            let src_rows = shape
+                .split_first()
+                .filter(|(_, rest)| same_shape(rest, &column.row_shape))
+                .map(|(&rows, _)| rows);
+            let is_row = same_shape(shape, &column.row_shape);
+            let fits = |from: Option<usize>| match from {
+                Some(from) => src_rows.is_some_and(|rows| from < rows),
+                None => is_row,
+            };
+            if let Some(&(row, from)) = picks
+                .iter()
+                .find(|&&(_, from)| t.dtype() != column.dtype || !fits(from))
+            {
+                return Err(row_mismatch(
+                    column.key.clone(),
+                    row,
+                    format!(
+                        "has shape {:?} and dtype {} (read {}) but the batch rows have shape {:?} and dtype {}",
+                        shape,
+                        t.dtype(),
+                        from.map_or_else(|| "whole".to_owned(), |from| format!("at row {from}")),
+                        column.row_shape,
+                        column.dtype
+                    ),
+                ));
+            }
+            // A source in this very block (a view of one of its rows) is
+            // copied out first: its bytes may be among those written.
+            let own;
+            let bytes = if t.is_in_block(&column.block) {
+                own = t.as_bytes().to_vec();
+                &own[..]
+            } else {
+                t.as_bytes()
+            };
+            let n = column.row_bytes;
+            if every && src_rows == Some(self.rows) {
+                // SAFETY: every row is in range, and none is in use (the
+                // caller's promise); `bytes` is not in the block (copied
+                // out above if it was) and as long as the block's rows.
+                unsafe { column.block.bytes_mut(0, self.rows * n) }.copy_from_slice(bytes);
+            } else {
+                let picks = picks.iter().map(|&(row, from)| (row, from.unwrap_or(0)));
+                // SAFETY: the rows written are in range (asserted), and not
+                // in use (the caller's promise); `bytes` is not in the block.
+                unsafe { column.block.write_rows(n, picks, bytes) };
+            }
+        }
+        Ok(())
     }
 }
 
@@ -838,6 +992,106 @@ mod tests {
         // SAFETY: as above.
         let err = unsafe { rows.write_row(1, &missing) }.unwrap_err();
         assert!(err.to_string().contains("info"), "{err}");
+    }
+
+    /// Rows written from a batch hold its rows: all at once, some in any
+    /// order, or one given whole; the rows not written keep theirs, and a
+    /// source that is a view of the batch itself is read before it is
+    /// written.
+    #[allow(unsafe_code)]
+    #[test]
+    fn rows_are_written_from_a_batch() {
+        let (rows, views) = LentRows::lend(&batch(3)).unwrap();
+        let mut src = TensorDict::new(&[3]);
+        src.set(
+            "obs",
+            Tensor::from_vec(&[3, 3], (0..9).map(|v| v as f32).collect()).unwrap(),
+        )
+        .unwrap();
+        src.set(
+            ("info", "done"),
+            Tensor::from_vec(&[3], vec![true, false, true]).unwrap(),
+        )
+        .unwrap();
+        // A key of `src` the batch lacks is left out.
+        src.set("more", Tensor::zeros(DType::I64, &[3])).unwrap();
+        let every = [(0, Some(0)), (1, Some(1)), (2, Some(2))];
+        // SAFETY: no view is in use (one thread).
+        unsafe { rows.write_rows_from(&src, &every) }.unwrap();
+        let obs = |row: usize| views[row].tensor("obs").unwrap().to_vec::<f32>().unwrap();
+        assert_eq!((obs(0), obs(2)), (vec![0.0, 1.0, 2.0], vec![6.0, 7.0, 8.0]));
+        // SAFETY: as above.
+        unsafe { rows.write_rows_from(&src, &[(2, Some(0)), (0, Some(1))]) }.unwrap();
+        assert_eq!(
+            (obs(0), obs(1), obs(2)),
+            (
+                vec![3.0, 4.0, 5.0],
+                vec![3.0, 4.0, 5.0],
+                vec![0.0, 1.0, 2.0]
+            )
+        );
+        let done = |row: usize| {
+            views[row]
+                .tensor(("info", "done"))
+                .unwrap()
+                .to_vec::<bool>()
+                .unwrap()
+        };
+        assert_eq!(
+            (done(0), done(1), done(2)),
+            (vec![false], vec![false], vec![true])
+        );
+        // Row 2's own view, written into row 1.
+        // SAFETY: as above (the source is only read).
+        unsafe { rows.write_rows_from(&views[2], &[(1, None)]) }.unwrap();
+        assert_eq!((obs(1), done(1)), (vec![0.0, 1.0, 2.0], vec![true]));
+    }
+
+    /// A source that lacks a key, holds another dtype, shape or kind, or
+    /// has no such row is an error naming the key; rows out of range of
+    /// the batch panic.
+    #[allow(unsafe_code)]
+    #[test]
+    fn rows_written_from_a_wrong_batch_are_errors() {
+        let (rows, _views) = LentRows::lend(&batch(2)).unwrap();
+        let good = batch(2);
+        let mut missing = TensorDict::new(&[2]);
+        missing
+            .set("obs", Tensor::zeros(DType::F32, &[2, 3]))
+            .unwrap();
+        let mut wrong_dtype = good.clone();
+        wrong_dtype
+            .set("obs", Tensor::zeros(DType::F64, &[2, 3]))
+            .unwrap();
+        let mut wrong_shape = good.clone();
+        wrong_shape
+            .set("obs", Tensor::zeros(DType::F32, &[2, 4]))
+            .unwrap();
+        let mut non_tensor = good.clone();
+        non_tensor
+            .set("obs", crate::NonTensor::from(vec![1i64, 2]))
+            .unwrap();
+        type Case<'a> = (&'a TensorDict, &'a [(usize, Option<usize>)], &'a [&'a str]);
+        let cases: [Case<'_>; 6] = [
+            (&missing, &[(0, Some(0))], &["info"]),
+            (&wrong_dtype, &[(0, Some(0))], &["obs", "f64"]),
+            (&wrong_shape, &[(1, Some(1))], &["obs", "[2, 4]"]),
+            (&non_tensor, &[(0, Some(0))], &["obs", "non-tensor"]),
+            (&good, &[(0, Some(5))], &["at row 5"]),
+            (&good, &[(0, None)], &["whole"]),
+        ];
+        for (src, picks, words) in cases {
+            // SAFETY: no view is in use (one thread).
+            let err = unsafe { rows.write_rows_from(src, picks) }.unwrap_err();
+            for word in words {
+                assert!(err.to_string().contains(word), "{word} in {err}");
+            }
+        }
+        let out_of_range = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: as above.
+            unsafe { rows.write_rows_from(&good, &[(2, Some(0))]) }
+        }));
+        assert!(out_of_range.is_err());
     }
 
     /// In a batch without sub-dicts too, a view whose tensor was replaced,

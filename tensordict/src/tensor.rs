@@ -216,7 +216,12 @@ impl Tensor {
 
     /// Whether this tensor is the view at `offset` of `block`.
     pub(crate) fn is_row_view(&self, block: &Arc<RowBlock>, offset: usize) -> bool {
-        matches!(&self.storage, Backing::Row(b) if Arc::ptr_eq(b, block)) && self.offset == offset
+        self.is_in_block(block) && self.offset == offset
+    }
+
+    /// Whether this tensor is a view of a row of `block`.
+    pub(crate) fn is_in_block(&self, block: &Arc<RowBlock>) -> bool {
+        matches!(&self.storage, Backing::Row(b) if Arc::ptr_eq(b, block))
     }
 
     /// Tensors of `parts` (dtype and shape each) side by side in one

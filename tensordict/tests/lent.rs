@@ -1,6 +1,7 @@
 //! Properties of lent rows: for any batch of tensors, each row's view holds
-//! that row, a gather of any rows is the batch's own gather of them, and
-//! rows written through their views are what the next gather copies out.
+//! that row, a gather of any rows is the batch's own gather of them, rows
+//! written through their views are what the next gather copies out, and
+//! rows written from another batch's are what the views then hold.
 
 mod common;
 
@@ -116,5 +117,47 @@ proptest! {
                 prop_assert!(smaller.leaves_in(&mine).is_some());
             }
         }
+    }
+}
+
+proptest! {
+    /// Rows written from another batch (any of its rows, each into any
+    /// row, or all in order) are that batch's rows, as the views see them
+    /// and as a gather copies them out; the rows not written keep theirs.
+    #[allow(unsafe_code)]
+    #[test]
+    fn rows_written_from_a_batch_are_its_rows((td, picked, other) in case()) {
+        let Some((mut rows, views)) = LentRows::lend(&td) else {
+            return Ok(());
+        };
+        let n = rows.rows();
+        // Row `picked[j]` of `other` into row `(j * 7 + 3) % n`, the first
+        // write of each row kept (later picks of a written row skipped).
+        let mut picks: Vec<(usize, Option<usize>)> = Vec::new();
+        for (j, &from) in picked.iter().enumerate() {
+            let row = (j * 7 + 3) % n;
+            if picks.iter().all(|&(r, _)| r != row) {
+                picks.push((row, Some(from)));
+            }
+        }
+        // SAFETY: one thread: no view is in use.
+        unsafe { rows.write_rows_from(&other, &picks) }.unwrap();
+        for (row, view) in views.iter().enumerate() {
+            let expected = match picks.iter().find(|&&(r, _)| r == row) {
+                Some(&(_, Some(from))) => other.index(from).unwrap(),
+                _ => td.index(row).unwrap(),
+            };
+            prop_assert_eq!(view, &expected);
+        }
+        let every: Vec<(usize, Option<usize>)> = (0..n).map(|row| (row, Some(row))).collect();
+        // SAFETY: one thread: no view is in use.
+        unsafe { rows.write_rows_from(&other, &every) }.unwrap();
+        let all: Vec<usize> = (0..n).collect();
+        // SAFETY: one thread: no view is in use.
+        prop_assert_eq!(unsafe { rows.gather(&all) }, other.clone());
+        // One row given whole.
+        // SAFETY: one thread: no view is in use.
+        unsafe { rows.write_rows_from(&td.index(0).unwrap(), &[(n - 1, None)]) }.unwrap();
+        prop_assert_eq!(&views[n - 1], &td.index(0).unwrap());
     }
 }

@@ -1,5 +1,6 @@
 //! `Cell`: one env of the threading backend, its buffers and its result,
-//! and what a worker does with it: `prepare` (the sent input copied in),
+//! and what a worker does with it: `prepare` (the sent input copied in,
+//! unless the send wrote it in place),
 //! `run_cell` (the env's call, a panic caught), `sync_root` (a deferred
 //! root brought up to date).
 
@@ -19,6 +20,9 @@ pub(super) struct Cell {
     pub(super) op: Op,
     /// Whether a reset was given an input (its state entries).
     pub(super) reset_with_input: bool,
+    /// Whether the input buffer is a view of the env's input row, which a
+    /// send writes (`InputRows`): the worker copies no input.
+    pub(super) input_lent: bool,
     /// The env's buffers (input, `"next"` entries, root), and what it was
     /// doing (for a panic's message).
     pub(super) runner: Runner,
@@ -57,7 +61,7 @@ pub(super) fn sync_root(env: usize, cell: &mut Cell) -> bool {
 }
 
 /// Sets the cell up for `job`: its operation, and its input copied from the
-/// sent tensordict. An input that cannot be copied (the send checked it, so
+/// sent tensordict (unless the send wrote it into the env's input row). An input that cannot be copied (the send checked it, so
 /// only if the env changed its input buffer's keys) is the env's error.
 /// Returns whether it failed.
 pub(super) fn prepare(job: &Job<'_>, cell: &mut Cell) -> bool {
@@ -67,6 +71,10 @@ pub(super) fn prepare(job: &Job<'_>, cell: &mut Cell) -> bool {
         return false;
     };
     cell.reset_with_input = job.op == Op::Reset;
+    if cell.input_lent {
+        // The send wrote it into the input row.
+        return false;
+    }
     match copy_input(src, row, &mut cell.runner.input) {
         Ok(()) => false,
         Err(source) => {

@@ -29,6 +29,11 @@ pub(super) struct Inputs {
 }
 
 impl Inputs {
+    /// Whether every env's input buffer is of one kind.
+    pub(super) fn one_kind(&self) -> bool {
+        self.scratch.len() == 1
+    }
+
     pub(super) fn new(cells: &[Mutex<Cell>], specs: &[EnvSpecs]) -> Inputs {
         let mut templates: Vec<TensorDict> = Vec::new();
         let mut kind = Vec::with_capacity(cells.len());

@@ -15,6 +15,7 @@ use pool_core::{lock, Op, Phases, Runner, Signal};
 use tensordict::TensorDict;
 
 use super::cell::Cell;
+use super::input_rows::InputRows;
 use super::inputs::Inputs;
 use super::row_store::RowStore;
 use super::worker::{worker_loop, Held};
@@ -66,6 +67,7 @@ impl ThreadBackend {
                 name: env.name().to_owned(),
                 op: Op::Reset,
                 reset_with_input: false,
+                input_lent: false,
                 runner: Runner::new(&*env),
                 error: None,
                 env,
@@ -73,6 +75,7 @@ impl ThreadBackend {
             cells.push(Mutex::new(cell));
         }
         let inputs = Inputs::new(&cells, &specs);
+        let input_rows = InputRows::lend(&cells, inputs.one_kind());
         let batch = if rows == Rows::Batch {
             batch_rows(&cells).map(Mutex::new)
         } else {
@@ -169,6 +172,7 @@ impl ThreadBackend {
             specs,
             names,
             inputs,
+            input_rows,
             handles: Mutex::new(handles),
             pinned: pins.is_some(),
         })

@@ -224,3 +224,123 @@ fn a_send_to_every_env_is_checked_as_env_by_env() {
     backend.send(Op::Step, &every, Some(&good)).unwrap();
     collect(&backend, 3);
 }
+
+/// The envs' inputs are rows that a send writes in place (envs of one
+/// input layout): every env in order, some envs from other rows in any
+/// order, one env from a whole tensordict, each env reading its own
+/// action; envs of different input layouts copy their inputs instead.
+#[test]
+fn sends_write_each_env_input_into_its_row() {
+    let factories: Vec<EnvFactory> = (0..6)
+        .map(|_| Box::new(|| Ok(Box::new(CountingEnv::new(0, 1000)) as Box<dyn Env>)) as EnvFactory)
+        .collect();
+    let backend = ThreadBackend::start(factories, &ThreadOptions::default(), Rows::Batch).unwrap();
+    assert!(backend.input_rows.is_some(), "one layout of tensors: lent");
+    let every: Vec<(usize, Option<usize>)> = (0..6).map(|env| (env, None)).collect();
+    backend.send(Op::Reset, &every, None).unwrap();
+    collect(&backend, 6);
+    let actions = |batch: &[usize], values: Vec<i64>| {
+        let mut shape = batch.to_vec();
+        shape.push(1);
+        let mut td = TensorDict::new(batch);
+        td.set(
+            "action",
+            tensordict::Tensor::from_vec(&shape, values).unwrap(),
+        )
+        .unwrap();
+        td
+    };
+    let counts = |backend: &ThreadBackend| -> Vec<i32> {
+        (0..6)
+            .map(|env| {
+                backend
+                    .peek(env, |out| {
+                        out.next
+                            .tensor("observation")
+                            .unwrap()
+                            .to_vec::<i32>()
+                            .unwrap()[0]
+                    })
+                    .unwrap()
+            })
+            .collect()
+    };
+    let in_order: Vec<(usize, Option<usize>)> = (0..6).map(|env| (env, Some(env))).collect();
+    backend
+        .send(Op::Step, &in_order, Some(&actions(&[6], (1..=6).collect())))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(0..6).all(|env| backend.is_done(env)) {
+        assert!(Instant::now() < deadline, "the envs did not finish");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(counts(&backend), [1, 2, 3, 4, 5, 6]);
+    collect(&backend, 6);
+
+    // Envs 4 and 1 from rows 0 and 3; then env 2 from a tensordict of its
+    // own; the others keep their counts (their last results stay).
+    backend
+        .send(
+            Op::Step,
+            &[(4, Some(0)), (1, Some(3))],
+            Some(&actions(&[4], vec![10, 20, 30, 40])),
+        )
+        .unwrap();
+    backend
+        .send(Op::Step, &[(2, None)], Some(&actions(&[], vec![7])))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ![1, 2, 4].iter().all(|&env| backend.is_done(env)) {
+        assert!(Instant::now() < deadline, "the envs did not finish");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for env in [1, 2, 4] {
+        let count = backend
+            .take(env, |out| {
+                out.next
+                    .tensor("observation")
+                    .unwrap()
+                    .to_vec::<i32>()
+                    .unwrap()[0]
+            })
+            .unwrap();
+        assert_eq!(count, [0, 42, 10, 0, 15, 0][env], "env {env}");
+    }
+
+    // Different input layouts: copied by the workers.
+    let mixed: Vec<EnvFactory> = vec![
+        Box::new(|| Ok(Box::new(CountingEnv::new(0, 10)) as Box<dyn Env>)),
+        Box::new(|| Ok(Box::new(envs::Pendulum::new()) as Box<dyn Env>)),
+    ];
+    let backend = ThreadBackend::start(mixed, &ThreadOptions::default(), Rows::PerEnv).unwrap();
+    assert!(backend.input_rows.is_none(), "two input layouts: not lent");
+}
+
+/// Of two threads that send to one idle env at once, one sends and the
+/// other is told the env is busy (the claim), round after round.
+#[test]
+fn of_two_sends_to_one_env_at_once_one_wins() {
+    let factories: Vec<EnvFactory> = vec![Box::new(|| {
+        Ok(Box::new(CountingEnv::new(0, 1_000_000)) as Box<dyn Env>)
+    })];
+    let backend = ThreadBackend::start(factories, &ThreadOptions::default(), Rows::Batch).unwrap();
+    backend.send(Op::Reset, &[(0, None)], None).unwrap();
+    collect(&backend, 1);
+    let mut td = TensorDict::new(&[1]);
+    td.set("action", tensordict::Tensor::full(&[1, 1], 1i64))
+        .unwrap();
+    for _ in 0..200 {
+        let outcomes: Vec<Result<(), ThreadError>> = std::thread::scope(|scope| {
+            let sends: Vec<_> = (0..2)
+                .map(|_| scope.spawn(|| backend.send(Op::Step, &[(0, Some(0))], Some(&td))))
+                .collect();
+            sends.into_iter().map(|send| send.join().unwrap()).collect()
+        });
+        let sent = outcomes.iter().filter(|outcome| outcome.is_ok()).count();
+        assert_eq!(sent, 1, "{outcomes:?}");
+        assert!(outcomes
+            .iter()
+            .any(|outcome| matches!(outcome, Err(ThreadError::Busy { env: 0 }))));
+        collect(&backend, 1);
+    }
+}
