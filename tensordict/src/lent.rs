@@ -339,13 +339,14 @@ impl LentRows {
         }
         if self.flat {
             // Entry `i` is column `i`.
-            return view.len() == self.columns.len()
-                && view
-                    .entries()
+            // Slices zipped: one bounds check for the loop, not per entry.
+            let entries = view.entries().as_slice();
+            return entries.len() == self.columns.len()
+                && entries
                     .iter()
-                    .zip(self.template.entries().keys())
+                    .zip(self.template.entries().as_slice())
                     .zip(&self.columns)
-                    .all(|(((name, entry), key), column)| {
+                    .all(|(((name, entry), (key, _)), column)| {
                         matches!(entry, Entry::Tensor(t) if t.is_row_view(&column.block, row * column.row_bytes))
                             && same_name(name, key)
                     });

@@ -3,10 +3,15 @@
 //! lands in its row as the env writes it, and a receive copies rows out),
 //! else written from the envs' buffers (`BatchRows`).
 
+use std::sync::MutexGuard;
+
 use pool_core::batch_rows::{NEXT_ROW, ROOT_ROW};
+use pool_core::spin::PUBLISH_RUN_ENVS;
 use pool_core::{BatchRows, Op};
 use smallvec::SmallVec;
 use tensordict::{LeafMap, LentRows, TensorDict};
+
+use super::cell::Cell;
 
 /// Every env's latest result in its row of two `[num_envs, ..]` batches.
 #[derive(Debug)]
@@ -102,55 +107,47 @@ impl RowStore {
         }
     }
 
-    /// Sets env `env`'s flags (0 after a failure: none of its rows holds
-    /// its result).
-    pub(super) fn mark(&mut self, env: usize, flags: u8) {
-        match self {
-            RowStore::Copied(rows) => rows.mark(env, flags),
-            RowStore::Lent(lent) => lent.flags[env] = flags & (NEXT_ROW | ROOT_ROW | ROOT_IN_NEXT),
-        }
-    }
-
-    /// Publishes the results of `envs[j]` (`op[j]`, its buffers `next[j]`
-    /// and `root[j]`, whether its root is deferred `root_is_next[j]`) into
-    /// their rows, as `BatchRows::store_many`, setting `copied[j]` as it
-    /// does. Lent rows hold them already, unless an env replaced a tensor
-    /// of its buffers: such a result is copied into its rows, or, if it no
-    /// longer fits them (an env that changed its layout), left unmarked for
-    /// the receiver to read from the env and report. A deferred root stays
-    /// where it is, in the `"next"` row ([`ROOT_IN_NEXT`]).
-    ///
-    /// The caller holds each env's cell, so none of them runs.
-    pub(super) fn store_many(
+    /// Publishes the results of a run (`held`: each env with whether it
+    /// failed; `cells`: their cells, locked, in the same order, so that
+    /// none of them runs) into their rows, setting `root_in_row[j]` when
+    /// `held[j]`'s deferred root is in its rows (else its cell brings it up
+    /// to date). A failed env's rows hold no result. Lent rows hold the
+    /// results already, unless an env replaced a tensor of its buffers:
+    /// such a result is copied into its rows, or, if it no longer fits them
+    /// (an env that changed its layout), left unmarked for the receiver to
+    /// read from the env and report. A deferred root stays where it is, in
+    /// the `"next"` row ([`ROOT_IN_NEXT`]). Copied rows are written as
+    /// `BatchRows::store_many` does.
+    pub(super) fn store_run(
         &mut self,
-        envs: &[usize],
-        op: &[Op],
-        next: &[&TensorDict],
-        root: &[&TensorDict],
-        root_is_next: &[bool],
-        copied: &mut [bool],
+        held: &[(usize, bool)],
+        cells: &[MutexGuard<'_, Cell>],
+        root_in_row: &mut [bool],
     ) {
         let lent = match self {
-            RowStore::Copied(rows) => {
-                return rows.store_many(envs, op, next, root, root_is_next, copied)
-            }
+            RowStore::Copied(rows) => return store_copied(rows, held, cells, root_in_row),
             RowStore::Lent(lent) => lent,
         };
-        for j in 0..envs.len() {
-            let env = envs[j];
+        for ((&(env, failed), cell), in_row_root) in held.iter().zip(cells).zip(root_in_row) {
+            if failed {
+                lent.flags[env] = 0;
+                continue;
+            }
+            let (op, runner) = (cell.op, &cell.runner);
+            let root_is_next = runner.root_is_next();
             let mut flags = 0;
-            if op[j] != Op::Reset && in_row(&lent.next, env, next[j]) {
+            if op != Op::Reset && in_row(&lent.next, env, &runner.next) {
                 flags |= NEXT_ROW;
             }
             // A deferred root is its step's result: in the `"next"` row,
             // if that holds the step.
-            copied[j] = op[j] != Op::Step
-                && root_is_next[j]
+            *in_row_root = op != Op::Step
+                && root_is_next
                 && lent.root_in_next.is_some()
                 && flags & NEXT_ROW != 0;
-            if copied[j] {
+            if *in_row_root {
                 flags |= ROOT_ROW | ROOT_IN_NEXT;
-            } else if op[j] != Op::Step && !root_is_next[j] && in_row(&lent.root, env, root[j]) {
+            } else if op != Op::Step && !root_is_next && in_row(&lent.root, env, &runner.root) {
                 flags |= ROOT_ROW;
             }
             lent.flags[env] = flags;
@@ -200,6 +197,41 @@ impl RowStore {
             }
         });
         Some((next, root))
+    }
+}
+
+/// [`RowStore::store_run`] into copied rows: the results that did not fail,
+/// their columns written once (`BatchRows::store_many`).
+fn store_copied(
+    rows: &mut BatchRows,
+    held: &[(usize, bool)],
+    cells: &[MutexGuard<'_, Cell>],
+    root_in_row: &mut [bool],
+) {
+    let mut at: SmallVec<[usize; PUBLISH_RUN_ENVS]> = SmallVec::new();
+    let mut envs: SmallVec<[usize; PUBLISH_RUN_ENVS]> = SmallVec::new();
+    let mut ops: SmallVec<[Op; PUBLISH_RUN_ENVS]> = SmallVec::new();
+    let mut nexts: SmallVec<[&TensorDict; PUBLISH_RUN_ENVS]> = SmallVec::new();
+    let mut roots: SmallVec<[&TensorDict; PUBLISH_RUN_ENVS]> = SmallVec::new();
+    let mut deferred: SmallVec<[bool; PUBLISH_RUN_ENVS]> = SmallVec::new();
+    for (j, (&(env, failed), cell)) in held.iter().zip(cells).enumerate() {
+        if failed {
+            // None of its rows holds its result.
+            rows.mark(env, 0);
+        } else {
+            at.push(j);
+            envs.push(env);
+            ops.push(cell.op);
+            nexts.push(&cell.runner.next);
+            roots.push(&cell.runner.root);
+            deferred.push(cell.runner.root_is_next());
+        }
+    }
+    let mut copied: SmallVec<[bool; PUBLISH_RUN_ENVS]> = SmallVec::new();
+    copied.extend(at.iter().map(|_| false));
+    rows.store_many(&envs, &ops, &nexts, &roots, &deferred, &mut copied);
+    for (&j, &copied) in at.iter().zip(&copied) {
+        root_in_row[j] = copied;
     }
 }
 

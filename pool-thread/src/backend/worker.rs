@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use pool_core::spin::{PUBLISH_RUN, PUBLISH_RUN_ENVS, RESCUE_AFTER};
 use pool_core::{lock, Op};
 use smallvec::SmallVec;
-use tensordict::TensorDict;
 
 use super::cell::{prepare, run_cell, sync_root, Cell};
 use super::Shared;
@@ -134,37 +133,7 @@ pub(super) fn publish_run(shared: &Shared, held: &mut Held) {
     let mut root_in_row: SmallVec<[bool; PUBLISH_RUN_ENVS]> = SmallVec::new();
     root_in_row.extend(held.iter().map(|_| false));
     if let Some(batch) = &shared.batch {
-        // The results that did not fail, their columns written once.
-        let mut at: SmallVec<[usize; PUBLISH_RUN_ENVS]> = SmallVec::new();
-        let mut envs: SmallVec<[usize; PUBLISH_RUN_ENVS]> = SmallVec::new();
-        let mut ops: SmallVec<[Op; PUBLISH_RUN_ENVS]> = SmallVec::new();
-        let mut nexts: SmallVec<[&TensorDict; PUBLISH_RUN_ENVS]> = SmallVec::new();
-        let mut roots: SmallVec<[&TensorDict; PUBLISH_RUN_ENVS]> = SmallVec::new();
-        let mut deferred: SmallVec<[bool; PUBLISH_RUN_ENVS]> = SmallVec::new();
-        for (j, (&(env, failed), cell)) in held.iter().zip(&cells).enumerate() {
-            if !failed {
-                at.push(j);
-                envs.push(env);
-                ops.push(cell.op);
-                nexts.push(&cell.runner.next);
-                roots.push(&cell.runner.root);
-                deferred.push(cell.runner.root_is_next());
-            }
-        }
-        let mut copied: SmallVec<[bool; PUBLISH_RUN_ENVS]> = SmallVec::new();
-        copied.extend(at.iter().map(|_| false));
-        let mut rows = lock(batch);
-        for &(env, failed) in held.iter() {
-            if failed {
-                // None of its rows holds its result.
-                rows.mark(env, 0);
-            }
-        }
-        rows.store_many(&envs, &ops, &nexts, &roots, &deferred, &mut copied);
-        drop(rows);
-        for (&j, &copied) in at.iter().zip(&copied) {
-            root_in_row[j] = copied;
-        }
+        lock(batch).store_run(held, &cells, &mut root_in_row);
     }
     // A deferred root that is not in its row is brought up to date in its
     // cell now, so that a failure to (an env that changed its layout) is
