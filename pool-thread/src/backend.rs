@@ -466,7 +466,8 @@ impl ThreadBackend {
     }
 
     /// Marks env `env` idle, dropping its result or error (after a
-    /// [`ThreadBackend::peek`]). Takes no lock: the next send overwrites the
+    /// [`ThreadBackend::peek`]); an env without one (in flight, or idle)
+    /// is left as it is. Takes no lock: the next send overwrites the
     /// slot's buffers and clears any error.
     #[doc(hidden)]
     #[inline]
