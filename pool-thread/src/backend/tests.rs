@@ -32,14 +32,20 @@ fn held(
     })
 }
 
-/// Waits (at most 10 s) until every one of `envs` is done, and
-/// releases them.
-fn collect(backend: &ThreadBackend, envs: usize) {
+/// Waits (at most 10 s) until every one of `envs` is done.
+fn wait_done(backend: &ThreadBackend, envs: &[usize]) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !(0..envs).all(|env| backend.is_done(env)) {
+    while !envs.iter().all(|&env| backend.is_done(env)) {
         assert!(Instant::now() < deadline, "the envs did not finish");
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// Waits (at most 10 s) until every one of `envs` is done, and
+/// releases them.
+fn collect(backend: &ThreadBackend, envs: usize) {
+    let all: Vec<usize> = (0..envs).collect();
+    wait_done(backend, &all);
     for env in 0..envs {
         backend.release(env);
     }
@@ -250,31 +256,25 @@ fn sends_write_each_env_input_into_its_row() {
         .unwrap();
         td
     };
-    let counts = |backend: &ThreadBackend| -> Vec<i32> {
-        (0..6)
-            .map(|env| {
-                backend
-                    .peek(env, |out| {
-                        out.next
-                            .tensor("observation")
-                            .unwrap()
-                            .to_vec::<i32>()
-                            .unwrap()[0]
-                    })
+    // Env `env`'s count, its result left in place.
+    let count = |backend: &ThreadBackend, env: usize| -> i32 {
+        backend
+            .peek(env, |out| {
+                out.next
+                    .tensor("observation")
                     .unwrap()
+                    .to_vec::<i32>()
+                    .unwrap()[0]
             })
-            .collect()
+            .unwrap()
     };
     let in_order: Vec<(usize, Option<usize>)> = (0..6).map(|env| (env, Some(env))).collect();
     backend
         .send(Op::Step, &in_order, Some(&actions(&[6], (1..=6).collect())))
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !(0..6).all(|env| backend.is_done(env)) {
-        assert!(Instant::now() < deadline, "the envs did not finish");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    assert_eq!(counts(&backend), [1, 2, 3, 4, 5, 6]);
+    wait_done(&backend, &[0, 1, 2, 3, 4, 5]);
+    let counts: Vec<i32> = (0..6).map(|env| count(&backend, env)).collect();
+    assert_eq!(counts, [1, 2, 3, 4, 5, 6]);
     collect(&backend, 6);
 
     // Envs 4 and 1 from rows 0 and 3; then env 2 from a tensordict of its
@@ -289,21 +289,10 @@ fn sends_write_each_env_input_into_its_row() {
     backend
         .send(Op::Step, &[(2, None)], Some(&actions(&[], vec![7])))
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while ![1, 2, 4].iter().all(|&env| backend.is_done(env)) {
-        assert!(Instant::now() < deadline, "the envs did not finish");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_done(&backend, &[1, 2, 4]);
     for env in [1, 2, 4] {
-        let count = backend
-            .take(env, |out| {
-                out.next
-                    .tensor("observation")
-                    .unwrap()
-                    .to_vec::<i32>()
-                    .unwrap()[0]
-            })
-            .unwrap();
+        let count = count(&backend, env);
+        backend.release(env);
         assert_eq!(count, [0, 42, 10, 0, 15, 0][env], "env {env}");
     }
 
