@@ -3,9 +3,9 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use specs::TensorSpec;
-use tensordict::{DType, Hint, Tensor, TensorDict};
+use tensordict::{DType, Lookup, Tensor, TensorDict};
 
-use crate::env::scalar_action_hinted;
+use crate::env::scalar_action_by;
 use crate::outputs::Outputs;
 use crate::{Env, EnvError, EnvSpecs, Kwargs};
 
@@ -63,7 +63,7 @@ pub struct CartPole {
     /// compares one name per key).
     step_out: Outputs,
     reset_out: Outputs,
-    action: Hint,
+    action: Lookup,
 }
 
 impl Default for CartPole {
@@ -89,7 +89,7 @@ impl CartPole {
             specs: cartpole_specs(),
             step_out: Outputs::default(),
             reset_out: Outputs::default(),
-            action: Hint::default(),
+            action: Lookup::new("action"),
         }
     }
 
@@ -215,7 +215,7 @@ impl Env for CartPole {
     }
 
     fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-        let action = scalar_action_hinted::<i64>(NAME, input, "action", &mut self.action)?;
+        let action = scalar_action_by::<i64>(NAME, input, &mut self.action)?;
         let (observation, reward, terminated, truncated) = self.step_physics(action)?;
         self.step_out
             .write_step(next, &observation, reward as f32, terminated, truncated)

@@ -2,9 +2,9 @@
 //! increments it is sent.
 
 use specs::TensorSpec;
-use tensordict::{DType, Hint, TensorDict};
+use tensordict::{DType, Lookup, TensorDict};
 
-use crate::env::scalar_action_hinted;
+use crate::env::scalar_action_by;
 use crate::outputs::Outputs;
 use crate::{Env, EnvError, EnvSpecs, Kwargs};
 
@@ -45,7 +45,7 @@ pub struct CountingEnv {
     /// compares one name per key).
     step_out: Outputs,
     reset_out: Outputs,
-    action: Hint,
+    action: Lookup,
 }
 
 impl CountingEnv {
@@ -60,7 +60,7 @@ impl CountingEnv {
             specs: EnvSpecs::standard(action, observation).expect("standard specs are valid"),
             step_out: Outputs::default(),
             reset_out: Outputs::default(),
-            action: Hint::default(),
+            action: Lookup::new("action"),
         }
     }
 
@@ -108,7 +108,7 @@ impl Env for CountingEnv {
     }
 
     fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-        let action = scalar_action_hinted::<i64>(NAME, input, "action", &mut self.action)?;
+        let action = scalar_action_by::<i64>(NAME, input, &mut self.action)?;
         self.count = i32::try_from(action)
             .ok()
             .and_then(|a| self.count.checked_add(a))

@@ -3,7 +3,7 @@
 //! `step_and_maybe_reset`, `rand_step`, `rollout` and `fake_tensordict`.
 
 use rand::RngCore;
-use tensordict::{Entry, Hint, NestedKey, Tensor, TensorDict};
+use tensordict::{Entry, Lookup, NestedKey, Tensor, TensorDict};
 
 use crate::{EnvError, EnvSpecs};
 
@@ -305,27 +305,35 @@ pub fn scalar_action<T: tensordict::Element>(
     input: &TensorDict,
     key: &str,
 ) -> Result<T, EnvError> {
-    scalar_action_hinted(env, input, key, &mut Hint::default())
+    scalar_of(env, input, key, input.get(key))
 }
 
-/// [`scalar_action`], the key looked up at `hint` first
-/// ([`TensorDict::get_hinted`]): what an env that reads its action on
-/// every step keeps.
-pub fn scalar_action_hinted<T: tensordict::Element>(
+/// [`scalar_action`] through a [`Lookup`] of the key that the env keeps
+/// ([`TensorDict::get_by`]): what an env that reads its action on every
+/// step uses, one pointer comparison instead of a search.
+pub fn scalar_action_by<T: tensordict::Element>(
+    env: &str,
+    input: &TensorDict,
+    lookup: &mut Lookup,
+) -> Result<T, EnvError> {
+    let entry = input.get_by(lookup);
+    scalar_of(env, input, lookup.key(), entry)
+}
+
+/// The one element of `entry`, `input`'s entry at `key`.
+fn scalar_of<T: tensordict::Element>(
     env: &str,
     input: &TensorDict,
     key: &str,
-    hint: &mut Hint,
+    entry: Option<&Entry>,
 ) -> Result<T, EnvError> {
-    let entry = input
-        .get_hinted(key, hint)
-        .ok_or_else(|| EnvError::InvalidAction {
-            env: env.to_owned(),
-            reason: format!(
-                "no {key:?} entry in the input (keys: {:?})",
-                input.keys(true, true)
-            ),
-        })?;
+    let entry = entry.ok_or_else(|| EnvError::InvalidAction {
+        env: env.to_owned(),
+        reason: format!(
+            "no {key:?} entry in the input (keys: {:?})",
+            input.keys(true, true)
+        ),
+    })?;
     let Entry::Tensor(t) = entry else {
         return Err(EnvError::InvalidAction {
             env: env.to_owned(),

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use specs::TensorSpec;
-use tensordict::{DType, Hint, TensorDict};
+use tensordict::{DType, Lookup, TensorDict};
 
-use crate::env::scalar_action_hinted;
+use crate::env::scalar_action_by;
 use crate::outputs::Outputs;
 use crate::{Env, EnvError, EnvSpecs, Kwargs};
 
@@ -72,7 +72,7 @@ pub struct LatencyEnv {
     /// compares one name per key).
     step_out: Outputs,
     reset_out: Outputs,
-    action: Hint,
+    action: Lookup,
 }
 
 impl LatencyEnv {
@@ -112,7 +112,7 @@ impl LatencyEnv {
             specs: EnvSpecs::standard(action, observation)?,
             step_out: Outputs::default(),
             reset_out: Outputs::default(),
-            action: Hint::default(),
+            action: Lookup::new("action"),
         })
     }
 
@@ -208,7 +208,7 @@ impl Env for LatencyEnv {
     }
 
     fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-        scalar_action_hinted::<i64>(NAME, input, "action", &mut self.action)?;
+        scalar_action_by::<i64>(NAME, input, &mut self.action)?;
         let jitter = if self.config.jitter.is_zero() {
             Duration::ZERO
         } else {

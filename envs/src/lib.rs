@@ -49,7 +49,7 @@ mod registry;
 pub use crate::cartpole::CartPole;
 pub use crate::check::check_env_specs;
 pub use crate::counting::CountingEnv;
-pub use crate::env::{scalar_action, scalar_action_hinted, Env, Policy};
+pub use crate::env::{scalar_action, scalar_action_by, Env, Policy};
 pub use crate::env_specs::{standard_done_spec, EnvSpecs};
 pub use crate::error::EnvError;
 pub use crate::kwargs::{KwValue, Kwargs, KwargsReader};

@@ -1,21 +1,33 @@
 //! Writers of the standard outputs that the reference envs share:
 //! `"observation"`, `"reward"` and the `"done"` / `"terminated"` /
-//! `"truncated"` flags, each found through a [`Hint`] the env keeps, so
-//! that a step compares one name per key rather than searching.
+//! `"truncated"` flags, each found through a [`Lookup`] the env keeps, so
+//! that a step compares one pointer per key rather than searching.
 
-use tensordict::{Hint, TensorDict};
+use tensordict::{Lookup, TensorDict};
 
 use crate::EnvError;
 
 /// Where the standard outputs sit in one of an env's buffers (one set for
 /// the step buffer, one for the reset buffer: their keys differ).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct Outputs {
-    observation: Hint,
-    reward: Hint,
-    done: Hint,
-    terminated: Hint,
-    truncated: Hint,
+    observation: Lookup,
+    reward: Lookup,
+    done: Lookup,
+    terminated: Lookup,
+    truncated: Lookup,
+}
+
+impl Default for Outputs {
+    fn default() -> Outputs {
+        Outputs {
+            observation: Lookup::new("observation"),
+            reward: Lookup::new("reward"),
+            done: Lookup::new("done"),
+            terminated: Lookup::new("terminated"),
+            truncated: Lookup::new("truncated"),
+        }
+    }
 }
 
 impl Outputs {
@@ -29,7 +41,7 @@ impl Outputs {
         truncated: bool,
     ) -> Result<(), EnvError> {
         self.write_observation(next, observation)?;
-        next.tensor_mut_hinted("reward", &mut self.reward)?
+        next.tensor_mut_by(&mut self.reward)?
             .as_mut_slice::<f32>()?[0] = reward;
         self.write_flags(next, terminated, truncated)
     }
@@ -51,7 +63,7 @@ impl Outputs {
         td: &mut TensorDict,
         observation: &[f32; N],
     ) -> Result<(), EnvError> {
-        td.tensor_mut_hinted("observation", &mut self.observation)?
+        td.tensor_mut_by(&mut self.observation)?
             .as_mut_slice::<f32>()?
             .copy_from_slice(observation);
         Ok(())
@@ -64,11 +76,10 @@ impl Outputs {
         terminated: bool,
         truncated: bool,
     ) -> Result<(), EnvError> {
-        td.tensor_mut_hinted("done", &mut self.done)?
-            .as_mut_slice::<bool>()?[0] = terminated || truncated;
-        td.tensor_mut_hinted("terminated", &mut self.terminated)?
+        td.tensor_mut_by(&mut self.done)?.as_mut_slice::<bool>()?[0] = terminated || truncated;
+        td.tensor_mut_by(&mut self.terminated)?
             .as_mut_slice::<bool>()?[0] = terminated;
-        td.tensor_mut_hinted("truncated", &mut self.truncated)?
+        td.tensor_mut_by(&mut self.truncated)?
             .as_mut_slice::<bool>()?[0] = truncated;
         Ok(())
     }

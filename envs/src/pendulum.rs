@@ -5,9 +5,9 @@ use std::f64::consts::PI;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use specs::TensorSpec;
-use tensordict::{DType, Hint, Tensor, TensorDict};
+use tensordict::{DType, Lookup, Tensor, TensorDict};
 
-use crate::env::scalar_action_hinted;
+use crate::env::scalar_action_by;
 use crate::outputs::Outputs;
 use crate::{Env, EnvError, EnvSpecs, Kwargs};
 
@@ -46,7 +46,7 @@ pub struct Pendulum {
     /// compares one name per key).
     step_out: Outputs,
     reset_out: Outputs,
-    action: Hint,
+    action: Lookup,
 }
 
 impl Default for Pendulum {
@@ -77,7 +77,7 @@ impl Pendulum {
             specs: pendulum_specs(),
             step_out: Outputs::default(),
             reset_out: Outputs::default(),
-            action: Hint::default(),
+            action: Lookup::new("action"),
         }
     }
 
@@ -181,7 +181,7 @@ impl Env for Pendulum {
     }
 
     fn step_into(&mut self, input: &TensorDict, next: &mut TensorDict) -> Result<(), EnvError> {
-        let u = scalar_action_hinted::<f32>(NAME, input, "action", &mut self.action)?;
+        let u = scalar_action_by::<f32>(NAME, input, &mut self.action)?;
         let (observation, reward, truncated) = self.step_physics(u);
         self.step_out
             .write_step(next, &observation, reward as f32, false, truncated)

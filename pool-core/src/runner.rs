@@ -4,7 +4,7 @@
 //! [`RunError`] and [`panic_message`] for what a run can end in.
 
 use envs::{Env, EnvError};
-use tensordict::{Entry, Hint, TensorDict};
+use tensordict::{Entry, Lookup, TensorDict};
 
 use crate::Op;
 
@@ -51,7 +51,7 @@ pub struct Runner {
     /// [`Runner::defer_root`]).
     root_is_next: bool,
     /// Where `"done"` sits in `next` (looked at after every step).
-    done: Hint,
+    done: Lookup,
 }
 
 /// An env's error in [`Runner::run`], with the phase it came from.
@@ -80,7 +80,7 @@ impl Runner {
             during: "reset",
             defer_root: false,
             root_is_next: false,
-            done: Hint::default(),
+            done: Lookup::new("done"),
         }
     }
 
@@ -132,7 +132,7 @@ impl Runner {
                 // failed step: its result is the error).
                 self.root_is_next = false;
                 env.step_into(&self.input, &mut self.next).map_err(step)?;
-                let done = match self.next.get_hinted("done", &mut self.done) {
+                let done = match self.next.get_by(&mut self.done) {
                     Some(Entry::Tensor(t))
                         if t.as_slice::<bool>().is_ok_and(|d| d.iter().any(|&x| x)) =>
                     {

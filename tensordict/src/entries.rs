@@ -81,6 +81,24 @@ impl Entries {
         }
     }
 
+    /// Where `key` is, looking at position `at` first: a hit when the
+    /// name there is `key` itself (one allocation, so one pointer; the
+    /// caller holds `key`, so no other name can have its address). Else a
+    /// search by its bytes; when found, `key` becomes the found name and
+    /// `at` its position, so that the next look here is a hit.
+    #[inline]
+    pub(crate) fn find(&self, key: &mut Name, at: &mut usize) -> Option<usize> {
+        if let Some((name, _)) = self.0.get(*at) {
+            if Arc::ptr_eq(name, key) {
+                return Some(*at);
+            }
+        }
+        let i = self.position(key).ok()?;
+        *key = Arc::clone(&self.0[i].0);
+        *at = i;
+        Some(i)
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.0.len()
     }

@@ -72,4 +72,4 @@ pub use crate::lent::{LeafMap, LentRows};
 pub use crate::non_tensor::NonTensor;
 pub use crate::stack::{LazyStackedTensorDict, StackedTensorDict};
 pub use crate::tensor::{Shape, Tensor};
-pub use crate::tensordict::{Entry, Hint, TensorDict, TensorMut};
+pub use crate::tensordict::{Entry, Lookup, TensorDict, TensorMut};

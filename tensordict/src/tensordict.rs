@@ -109,11 +109,37 @@ impl From<TensorDict> for Entry {
     }
 }
 
-/// Where a key was found in a tensordict level the last time: what
-/// [`TensorDict::tensor_mut_hinted`] and [`TensorDict::get_hinted`] look at
-/// first. Any value is safe: a wrong one only costs a search.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Hint(usize);
+/// A top-level key resolved once for many lookups: the key, and where and
+/// under which name it was found the last time. A lookup through it
+/// ([`TensorDict::get_by`], [`TensorDict::tensor_mut_by`]) compares one
+/// pointer while the tensordict keeps its keys (an env's buffers, reused
+/// from step to step); in any other tensordict, or after its layout
+/// changed, it searches by the key as [`TensorDict::get`] does and
+/// remembers the new place.
+#[derive(Clone, Debug)]
+pub struct Lookup {
+    /// The key; after a hit, the found entry's own name (equal bytes), so
+    /// that the next lookup in the same tensordict is a pointer comparison.
+    /// Held, so no other name can take its address.
+    key: Name,
+    /// Where it was found the last time.
+    at: usize,
+}
+
+impl Lookup {
+    /// A lookup of top-level `key`.
+    pub fn new(key: &str) -> Lookup {
+        Lookup {
+            key: key.into(),
+            at: 0,
+        }
+    }
+
+    /// The key looked up.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
 
 /// Mutable access to a tensor inside a tensordict: its elements can change,
 /// its shape and dtype cannot (so the batch size stays valid).
@@ -402,52 +428,43 @@ impl TensorDict {
         }
     }
 
-    /// The tensor at top-level `key`, writable, looked up at `hint` first
-    /// (where the last lookup found it, kept by the caller): an env that
-    /// writes the same keys into the same buffers on every step compares
-    /// one name per key instead of searching. A wrong hint (another
-    /// tensordict, a changed layout) costs one comparison more and is
-    /// corrected; errors are [`TensorDict::tensor_mut`]'s.
+    /// The tensor at `lookup`'s key, writable: an env that writes the same
+    /// keys into the same buffers on every step compares one pointer per
+    /// key instead of searching (see [`Lookup`]). Errors are
+    /// [`TensorDict::tensor_mut`]'s.
     ///
     /// ```
-    /// use tensordict::{DType, Hint, Tensor, TensorDict};
+    /// use tensordict::{DType, Lookup, Tensor, TensorDict};
     /// # fn main() -> Result<(), tensordict::TensorDictError> {
     /// let mut td = TensorDict::new(&[]);
     /// td.set("done", Tensor::zeros(DType::Bool, &[1]))?;
     /// td.set("reward", Tensor::zeros(DType::F32, &[1]))?;
-    /// let mut hint = Hint::default();
+    /// let mut reward = Lookup::new("reward");
     /// for step in 0..3 {
-    ///     td.tensor_mut_hinted("reward", &mut hint)?.as_mut_slice::<f32>()?[0] = step as f32;
+    ///     td.tensor_mut_by(&mut reward)?.as_mut_slice::<f32>()?[0] = step as f32;
     /// }
     /// assert_eq!(td.tensor("reward")?.to_vec::<f32>()?, vec![2.0]);
-    /// assert!(td.tensor_mut_hinted("missing", &mut hint).is_err());
+    /// assert!(td.tensor_mut_by(&mut Lookup::new("missing")).is_err());
     /// # Ok(()) }
     /// ```
     #[inline]
-    pub fn tensor_mut_hinted(
-        &mut self,
-        key: &str,
-        hint: &mut Hint,
-    ) -> Result<TensorMut<'_>, TensorDictError> {
-        match self.entries.position_near(key, hint.0) {
+    pub fn tensor_mut_by(&mut self, lookup: &mut Lookup) -> Result<TensorMut<'_>, TensorDictError> {
+        match self.entries.find(&mut lookup.key, &mut lookup.at) {
             Some(i) if matches!(self.entries.at(i), Entry::Tensor(_)) => {
-                hint.0 = i;
                 match self.entries.at_mut(i) {
                     Entry::Tensor(t) => Ok(TensorMut(t)),
                     _ => unreachable!("a tensor, checked above"),
                 }
             }
             // Missing, or not a tensor: the plain lookup's error.
-            _ => self.tensor_mut(key),
+            _ => self.tensor_mut(lookup.key()),
         }
     }
 
-    /// The entry at top-level `key`, looked up at `hint` first (see
-    /// [`TensorDict::tensor_mut_hinted`]).
+    /// The entry at `lookup`'s key (see [`TensorDict::tensor_mut_by`]).
     #[inline]
-    pub fn get_hinted(&self, key: &str, hint: &mut Hint) -> Option<&Entry> {
-        let i = self.entries.position_near(key, hint.0)?;
-        hint.0 = i;
+    pub fn get_by(&self, lookup: &mut Lookup) -> Option<&Entry> {
+        let i = self.entries.find(&mut lookup.key, &mut lookup.at)?;
         Some(self.entries.at(i))
     }
 
@@ -799,7 +816,7 @@ mod tests {
     /// finds the key, and is corrected; a key that is not a tensor, or is
     /// missing, gives the plain lookup's error.
     #[test]
-    fn hinted_lookups_survive_wrong_hints() {
+    fn lookups_follow_the_tensordict_they_are_used_in() {
         let mut a = TensorDict::new(&[]);
         a.set("b", Tensor::full(&[1], 1i32)).unwrap();
         a.set("c", Tensor::full(&[1], 2i32)).unwrap();
@@ -808,28 +825,30 @@ mod tests {
             b.set(key, Tensor::full(&[1], 9i32)).unwrap();
         }
         b.set("s", NonTensor::Int(3)).unwrap();
-        let mut hint = Hint::default();
-        a.tensor_mut_hinted("c", &mut hint)
-            .unwrap()
-            .as_mut_slice::<i32>()
-            .unwrap()[0] = 5;
-        assert_eq!(hint, Hint(1));
-        b.tensor_mut_hinted("c", &mut hint)
-            .unwrap()
-            .as_mut_slice::<i32>()
-            .unwrap()[0] = 6;
-        assert_eq!(hint, Hint(2));
-        assert_eq!(a.tensor("c").unwrap().to_vec::<i32>().unwrap(), [5]);
-        assert_eq!(b.tensor("c").unwrap().to_vec::<i32>().unwrap(), [6]);
+        let mut c = Lookup::new("c");
+        for (in_a, value) in [(true, 5), (false, 6), (false, 7), (true, 8)] {
+            let td = if in_a { &mut a } else { &mut b };
+            td.tensor_mut_by(&mut c)
+                .unwrap()
+                .as_mut_slice::<i32>()
+                .unwrap()[0] = value;
+            assert_eq!(c.key(), "c");
+        }
+        assert_eq!(a.tensor("c").unwrap().to_vec::<i32>().unwrap(), [8]);
+        assert_eq!(b.tensor("c").unwrap().to_vec::<i32>().unwrap(), [7]);
+        // A layout changed under a lookup: found again by its key.
+        a.set("a", Tensor::full(&[1], 0i32)).unwrap();
+        a.remove("c");
+        a.set("c", Tensor::full(&[1], 4i32)).unwrap();
         assert_eq!(
-            b.get_hinted("a", &mut hint).and_then(Entry::as_tensor),
-            b.tensor("a").ok()
+            a.get_by(&mut c).and_then(Entry::as_tensor),
+            a.tensor("c").ok()
         );
-        let wrong = b.tensor_mut_hinted("s", &mut hint).unwrap_err();
+        let wrong = b.tensor_mut_by(&mut Lookup::new("s")).unwrap_err();
         assert_eq!(wrong, b.tensor_mut("s").unwrap_err());
-        let missing = b.tensor_mut_hinted("z", &mut hint).unwrap_err();
+        let missing = b.tensor_mut_by(&mut Lookup::new("z")).unwrap_err();
         assert_eq!(missing, b.tensor_mut("z").unwrap_err());
-        assert!(b.get_hinted("z", &mut hint).is_none());
+        assert!(b.get_by(&mut Lookup::new("z")).is_none());
     }
 
     #[test]
