@@ -247,7 +247,7 @@ pub fn seeds() -> Vec<Seed> {
     values
         .set(
             "env_index",
-            NonTensor::Stack(vec![NonTensor::Int(0), NonTensor::Int(5)]),
+            NonTensor::Stack(vec![NonTensor::Int(0), NonTensor::Int(5)].into()),
         )
         .expect("a stack of 2 fits batch size [2]");
     let mut inner = TensorDict::new(&[2, 1]);
@@ -257,10 +257,13 @@ pub fn seeds() -> Vec<Seed> {
     inner
         .set(
             "text",
-            NonTensor::Stack(vec![
-                NonTensor::Stack(vec![NonTensor::Str("é".into())]),
-                NonTensor::Stack(vec![NonTensor::Float(0.5)]),
-            ]),
+            NonTensor::Stack(
+                vec![
+                    NonTensor::Stack(vec![NonTensor::Str("é".into())].into()),
+                    NonTensor::Stack(vec![NonTensor::Float(0.5)].into()),
+                ]
+                .into(),
+            ),
         )
         .expect("fits");
     values.set("inner", inner).expect("fits");

@@ -239,12 +239,12 @@ fn non_tensor_zero(shape: &[usize]) -> NonTensor {
     let (dims, mut value) = match shape.iter().position(|&d| d == 0) {
         Some(zero) => (
             shape.get(..zero).unwrap_or_default(),
-            NonTensor::Stack(Vec::new()),
+            NonTensor::Stack(Default::default()),
         ),
         None => (shape, NonTensor::Int(0)),
     };
     for &len in dims.iter().rev() {
-        value = NonTensor::Stack(vec![value; len]);
+        value = NonTensor::Stack(vec![value; len].into());
     }
     value
 }
@@ -724,14 +724,20 @@ mod tests {
         assert_eq!(ok.zero().shape().len(), MAX_NON_TENSOR_NDIM);
         // A zero dim before a huge one: an empty stack, nothing built below.
         let empty = TensorSpec::non_tensor(&[0, usize::MAX]);
-        assert_eq!(empty.zero(), Entry::NonTensor(NonTensor::Stack(vec![])));
+        assert_eq!(
+            empty.zero(),
+            Entry::NonTensor(NonTensor::Stack(vec![].into()))
+        );
         let empty = TensorSpec::non_tensor(&[2, 0, usize::MAX]);
         assert_eq!(
             empty.try_rand(&mut rng()).unwrap(),
-            Entry::NonTensor(NonTensor::Stack(vec![
-                NonTensor::Stack(vec![]),
-                NonTensor::Stack(vec![])
-            ]))
+            Entry::NonTensor(NonTensor::Stack(
+                vec![
+                    NonTensor::Stack(vec![].into()),
+                    NonTensor::Stack(vec![].into())
+                ]
+                .into()
+            ))
         );
         assert!(empty.is_in(&empty.zero()));
     }

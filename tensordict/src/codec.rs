@@ -380,7 +380,7 @@ impl<'a> Reader<'a> {
                 for _ in 0..n {
                     items.push(self.value(depth + 1)?);
                 }
-                NonTensor::Stack(items)
+                NonTensor::Stack(items.into())
             }
             tag => {
                 return Err(DecodeError::UnknownTag {

@@ -1120,7 +1120,7 @@ mod tests {
         let mut td = batch(2);
         td.set(
             ("info", "note"),
-            crate::NonTensor::Stack(vec![1.into(), 2.into()]),
+            crate::NonTensor::Stack(vec![1.into(), 2.into()].into()),
         )
         .unwrap();
         assert!(LentRows::lend(&td).is_none());

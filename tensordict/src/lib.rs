@@ -69,7 +69,7 @@ pub use crate::dtype::{DType, Element};
 pub use crate::error::TensorDictError;
 pub use crate::key::{KeyLike, KeyParts, NestedKey};
 pub use crate::lent::{LeafMap, LentRows};
-pub use crate::non_tensor::NonTensor;
+pub use crate::non_tensor::{Items, NonTensor};
 pub use crate::stack::{LazyStackedTensorDict, StackedTensorDict};
 pub use crate::tensor::{Shape, Tensor};
 pub use crate::tensordict::{Entry, Lookup, TensorDict, TensorMut};

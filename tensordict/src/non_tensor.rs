@@ -2,6 +2,8 @@
 //! floats, bools, strings, and stacks of them, such as `env_index`).
 
 use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 use crate::Shape;
 
@@ -27,7 +29,80 @@ pub enum NonTensor {
     /// A string.
     Str(String),
     /// A stack of values along a leading dimension.
-    Stack(Vec<NonTensor>),
+    Stack(Items),
+}
+
+/// The elements of a [`NonTensor::Stack`], shared: cloning a stack (a
+/// batch's `env_index`, one value per env, in every batch a pool hands
+/// out) counts a reference instead of copying the elements. Read as a
+/// `Vec` through `Deref`; a write (`DerefMut`) copies them first if another
+/// stack shares them.
+///
+/// ```
+/// use tensordict::{Items, NonTensor};
+/// let a = NonTensor::Stack(Items::from(vec![NonTensor::Int(0), NonTensor::Int(1)]));
+/// let mut b = a.clone();
+/// if let NonTensor::Stack(items) = &mut b {
+///     items.push(NonTensor::Int(2));
+/// }
+/// assert_eq!(a.shape().as_slice(), &[2]);
+/// assert_eq!(b.as_int_vec(), Some(vec![0, 1, 2]));
+/// ```
+#[derive(Clone, Default, PartialEq)]
+pub struct Items(Arc<Vec<NonTensor>>);
+
+impl Items {
+    /// The elements, copied only if another stack shares them.
+    pub fn into_vec(self) -> Vec<NonTensor> {
+        Arc::unwrap_or_clone(self.0)
+    }
+}
+
+impl Deref for Items {
+    type Target = Vec<NonTensor>;
+    fn deref(&self) -> &Vec<NonTensor> {
+        &self.0
+    }
+}
+
+impl DerefMut for Items {
+    fn deref_mut(&mut self) -> &mut Vec<NonTensor> {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl fmt::Debug for Items {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl From<Vec<NonTensor>> for Items {
+    fn from(items: Vec<NonTensor>) -> Items {
+        Items(Arc::new(items))
+    }
+}
+
+impl FromIterator<NonTensor> for Items {
+    fn from_iter<I: IntoIterator<Item = NonTensor>>(iter: I) -> Items {
+        Items(Arc::new(iter.into_iter().collect()))
+    }
+}
+
+impl IntoIterator for Items {
+    type Item = NonTensor;
+    type IntoIter = std::vec::IntoIter<NonTensor>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.into_vec().into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Items {
+    type Item = &'a NonTensor;
+    type IntoIter = std::slice::Iter<'a, NonTensor>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
 }
 
 impl NonTensor {
@@ -139,25 +214,9 @@ impl Clone for NonTensor {
             NonTensor::Float(v) => NonTensor::Float(*v),
             NonTensor::Bool(v) => NonTensor::Bool(*v),
             NonTensor::Str(v) => NonTensor::Str(v.clone()),
-            NonTensor::Stack(items) => NonTensor::Stack(clone_items(items)),
+            NonTensor::Stack(items) => NonTensor::Stack(items.clone()),
         }
     }
-}
-
-/// A stack's items cloned, the scalars in the loop itself: a batch's
-/// `env_index` (one `Int` per env) is cloned for every batch, and the
-/// derived clone made a call per item.
-fn clone_items(items: &[NonTensor]) -> Vec<NonTensor> {
-    let mut out = Vec::with_capacity(items.len());
-    for item in items {
-        out.push(match item {
-            NonTensor::Int(v) => NonTensor::Int(*v),
-            NonTensor::Float(v) => NonTensor::Float(*v),
-            NonTensor::Bool(v) => NonTensor::Bool(*v),
-            other => other.clone(),
-        });
-    }
-    out
 }
 
 impl fmt::Display for NonTensor {
@@ -230,15 +289,18 @@ mod tests {
             NonTensor::Float(0.5),
             NonTensor::Bool(true),
             NonTensor::from("é"),
-            NonTensor::Stack(Vec::new()),
+            NonTensor::Stack(Default::default()),
             NonTensor::from(vec![0i64, 1, 2]),
-            NonTensor::Stack(vec![
-                NonTensor::Int(1),
-                NonTensor::Float(2.0),
-                NonTensor::Bool(false),
-                NonTensor::from("s"),
-                NonTensor::from(vec![NonTensor::Int(4)]),
-            ]),
+            NonTensor::Stack(
+                vec![
+                    NonTensor::Int(1),
+                    NonTensor::Float(2.0),
+                    NonTensor::Bool(false),
+                    NonTensor::from("s"),
+                    NonTensor::from(vec![NonTensor::Int(4)]),
+                ]
+                .into(),
+            ),
         ];
         for value in values {
             assert_eq!(value.clone(), value);
@@ -250,19 +312,22 @@ mod tests {
     #[test]
     fn shape_prefixes_agree_with_the_shape() {
         let int = NonTensor::Int(1);
-        let pair = NonTensor::Stack(vec![int.clone(), int.clone()]);
-        let three = NonTensor::Stack(vec![int.clone(), int.clone(), int.clone()]);
+        let pair = NonTensor::Stack(vec![int.clone(), int.clone()].into());
+        let three = NonTensor::Stack(vec![int.clone(), int.clone(), int.clone()].into());
         let values = [
             int.clone(),
             pair.clone(),
-            NonTensor::Stack(vec![pair.clone(), pair.clone()]),
-            NonTensor::Stack(vec![pair.clone(), three.clone()]),
-            NonTensor::Stack(vec![pair.clone(), int.clone()]),
-            NonTensor::Stack(Vec::new()),
-            NonTensor::Stack(vec![
-                NonTensor::Stack(Vec::new()),
-                NonTensor::Stack(Vec::new()),
-            ]),
+            NonTensor::Stack(vec![pair.clone(), pair.clone()].into()),
+            NonTensor::Stack(vec![pair.clone(), three.clone()].into()),
+            NonTensor::Stack(vec![pair.clone(), int.clone()].into()),
+            NonTensor::Stack(Default::default()),
+            NonTensor::Stack(
+                vec![
+                    NonTensor::Stack(Default::default()),
+                    NonTensor::Stack(Default::default()),
+                ]
+                .into(),
+            ),
         ];
         let prefixes: [&[usize]; 9] = [
             &[],

@@ -23,7 +23,9 @@ impl TensorDict {
                     shape.extend_from_slice(t.shape());
                     Entry::Tensor(Tensor::try_zeros(t.dtype(), &shape)?)
                 }
-                Entry::NonTensor(v) => Entry::NonTensor(NonTensor::Stack(vec![v.clone(); n])),
+                Entry::NonTensor(v) => {
+                    Entry::NonTensor(NonTensor::Stack(vec![v.clone(); n].into()))
+                }
                 Entry::Dict(d) => Entry::Dict(TensorDict::zeros_stacked(d, n)?),
             };
             out.insert_raw(name.clone(), stacked);
@@ -1072,7 +1074,10 @@ mod tests {
             .set("observation", Tensor::full(&[1, 3], 0f32))
             .unwrap();
         nested_empty
-            .set("env_index", NonTensor::Stack(vec![NonTensor::Int(0)]))
+            .set(
+                "env_index",
+                NonTensor::Stack(vec![NonTensor::Int(0)].into()),
+            )
             .unwrap();
         let err = dst.fill_rows_from(&[0], &nested_empty, &[0]).unwrap_err();
         assert!(err.to_string().contains("done"), "{err}");

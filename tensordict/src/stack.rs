@@ -300,7 +300,7 @@ impl LazyStackedTensorDict {
                     .map_err(|err| Self::lazy_key_error(&key, format!("part {i}: {err}")))
             })
             .collect::<Result<Vec<_>, _>>()
-            .map(NonTensor::Stack)
+            .map(|items| NonTensor::Stack(items.into()))
     }
 
     /// The sub-dicts at `key`, stacked lazily.

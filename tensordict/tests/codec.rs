@@ -142,7 +142,7 @@ proptest! {
             .map(|&b| NonTensor::Float(f64::from_bits(b | 0x7ff0_0000_0000_0001)))
             .collect();
         let mut td = TensorDict::new(&[values.len()]);
-        td.set("nan", NonTensor::Stack(values)).unwrap();
+        td.set("nan", NonTensor::from(values)).unwrap();
         let bytes = encode(&td);
         let back = decode(&bytes).unwrap();
         prop_assert_eq!(encode(&back), bytes);
@@ -160,10 +160,13 @@ fn every_dtype_and_kind_round_trips() {
         .unwrap();
     td.set(
         "values",
-        NonTensor::Stack(vec![
-            NonTensor::Stack(vec![NonTensor::Int(i64::MIN), NonTensor::Float(-0.0)]),
-            NonTensor::Stack(vec![NonTensor::Bool(true), NonTensor::from("ünï\u{0}")]),
-        ]),
+        NonTensor::Stack(
+            vec![
+                NonTensor::Stack(vec![NonTensor::Int(i64::MIN), NonTensor::Float(-0.0)].into()),
+                NonTensor::Stack(vec![NonTensor::Bool(true), NonTensor::from("ünï\u{0}")].into()),
+            ]
+            .into(),
+        ),
     )
     .unwrap();
     td.set("empty", TensorDict::new(&[2, 0])).unwrap();
@@ -333,7 +336,7 @@ fn nesting_round_trips_up_to_the_documented_limit_and_is_refused_beyond() {
     let nested_value = |depth: usize| {
         let mut value = NonTensor::Int(1);
         for _ in 0..depth {
-            value = NonTensor::Stack(vec![value]);
+            value = NonTensor::Stack(vec![value].into());
         }
         let mut td = TensorDict::new(&[]);
         td.set("v", value).unwrap();

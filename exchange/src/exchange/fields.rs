@@ -93,7 +93,7 @@ pub(super) fn assemble(
 pub(super) fn expand(value: NonTensor, dims: &[usize]) -> NonTensor {
     match dims.split_first() {
         None => value,
-        Some((&n, rest)) => NonTensor::Stack(vec![expand(value, rest); n]),
+        Some((&n, rest)) => NonTensor::Stack(vec![expand(value, rest); n].into()),
     }
 }
 
@@ -290,7 +290,7 @@ mod tests {
     fn slot_indices_expand_to_the_batch_size() {
         assert_eq!(
             expand(NonTensor::Int(3), &[2]),
-            NonTensor::Stack(vec![NonTensor::Int(3), NonTensor::Int(3)])
+            NonTensor::Stack(vec![NonTensor::Int(3), NonTensor::Int(3)].into())
         );
         let mut td = TensorDict::new(&[2, 2]);
         set_slots(&mut td, &[4, 7], Some(2), &[2]);

@@ -235,6 +235,6 @@ impl AsyncEnvPool {
 pub(super) fn env_index_value(env: usize, batch: &[usize]) -> NonTensor {
     match batch.split_first() {
         None => NonTensor::Int(env as i64),
-        Some((&n, rest)) => NonTensor::Stack(vec![env_index_value(env, rest); n]),
+        Some((&n, rest)) => NonTensor::Stack(vec![env_index_value(env, rest); n].into()),
     }
 }

@@ -145,7 +145,7 @@ impl PoolBuilder {
             .enumerate()
             .map(|(env, c)| env_index_value(env, c.batch_size()))
             .collect();
-        let all_env_index = NonTensor::Stack(env_index.clone());
+        let all_env_index = NonTensor::Stack(env_index.clone().into());
         let same_env_batch = children.iter().all(|c| c.batch_size() == &batch_size[1..]);
         Ok(AsyncEnvPool {
             backend,

@@ -1607,7 +1607,10 @@ pub(crate) fn env_index_target_errors(with: Configure) {
     assert!(text.contains("-1") && text.contains("negative"), "{text}");
     let mut negative = actions(&[1]);
     negative
-        .set("env_index", NonTensor::Stack(vec![NonTensor::Int(-3)]))
+        .set(
+            "env_index",
+            NonTensor::Stack(vec![NonTensor::Int(-3)].into()),
+        )
         .unwrap();
     let text = reason(pool.async_step_send(negative, Target::EnvIndex));
     assert!(text.contains("negative"), "{text}");
@@ -1625,7 +1628,7 @@ pub(crate) fn env_index_target_errors(with: Configure) {
     strings
         .set(
             "env_index",
-            NonTensor::Stack(vec![NonTensor::Str("a".into()), NonTensor::Str("b".into())]),
+            NonTensor::Stack(vec![NonTensor::Str("a".into()), NonTensor::Str("b".into())].into()),
         )
         .unwrap();
     let text = reason(pool.async_step_send(strings, Target::EnvIndex));

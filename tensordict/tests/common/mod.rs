@@ -80,13 +80,11 @@ pub(crate) fn non_tensor(batch: &[usize]) -> BoxedStrategy<NonTensor> {
         match batch.split_first() {
             None if lists => prop_oneof![
                 3 => scalar(),
-                1 => vec(scalar(), 0..3).prop_map(NonTensor::Stack),
+                1 => vec(scalar(), 0..3).prop_map(NonTensor::from),
             ]
             .boxed(),
             None => scalar(),
-            Some((&n, rest)) => vec(inner(rest, lists), n)
-                .prop_map(NonTensor::Stack)
-                .boxed(),
+            Some((&n, rest)) => vec(inner(rest, lists), n).prop_map(NonTensor::from).boxed(),
         }
     }
     // With two batch dims, ragged lists would make the rows' shapes differ
@@ -161,7 +159,7 @@ pub(crate) fn same_values(like: &NonTensor) -> BoxedStrategy<NonTensor> {
             .iter()
             .map(same_values)
             .collect::<Vec<_>>()
-            .prop_map(NonTensor::Stack)
+            .prop_map(NonTensor::from)
             .boxed(),
         _ => scalar(),
     }
