@@ -123,12 +123,12 @@ impl Entries {
         &self.0[i].1
     }
 
-    /// The key and entry at position `i`.
     /// The keys and entries, in order (for loops that zip several).
     pub(crate) fn as_slice(&self) -> &[(Name, Entry)] {
         &self.0
     }
 
+    /// The key and entry at position `i`.
     pub(crate) fn at_named(&self, i: usize) -> (&str, &Entry) {
         let (name, entry) = &self.0[i];
         (name, entry)
