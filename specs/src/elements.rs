@@ -152,19 +152,29 @@ pub(crate) fn tensor_bytes(shape: &[usize], dtype: DType) -> Option<usize> {
 }
 
 /// Size in bytes of a non-tensor value of this shape as nested stacks: one
-/// [`NonTensor`] per node, `1 + d0 + d0*d1 + ...` nodes; `None` on overflow
+/// [`NonTensor`] per node, `1 + d0 + d0*d1 + ...` nodes, and for each stack
+/// (every node above the last level: `1 + d0 + ...` without its last term)
+/// its shared elements' allocation ([`STACK_BYTES`]); `None` on overflow
 /// (also when the element count overflows, even after a zero dim, as for
 /// tensors).
 pub(crate) fn non_tensor_bytes(shape: &[usize]) -> Option<usize> {
     numel(shape)?;
     let mut nodes = 1usize;
+    let mut stacks = 0usize;
     let mut level = 1usize;
     for &d in shape {
+        stacks = stacks.checked_add(level)?;
         level = level.checked_mul(d)?;
         nodes = nodes.checked_add(level)?;
     }
-    nodes.checked_mul(std::mem::size_of::<NonTensor>())
+    nodes
+        .checked_mul(std::mem::size_of::<NonTensor>())?
+        .checked_add(stacks.checked_mul(STACK_BYTES)?)
 }
+
+/// What a stack's elements add besides the elements themselves: the `Arc`
+/// of [`tensordict::Items`] (two counts) around a `Vec`.
+const STACK_BYTES: usize = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Vec<NonTensor>>();
 
 /// `[n]` followed by `shape`.
 pub(crate) fn prepend(n: usize, shape: &[usize]) -> Shape {
@@ -232,8 +242,11 @@ mod tests {
         assert_eq!(tensor_bytes(&[usize::MAX, 2, 0], DType::U8), None);
         let node = std::mem::size_of::<NonTensor>();
         assert_eq!(non_tensor_bytes(&[]), Some(node));
-        assert_eq!(non_tensor_bytes(&[2, 3]), Some((1 + 2 + 6) * node));
-        assert_eq!(non_tensor_bytes(&[0, usize::MAX]), Some(node));
+        assert_eq!(
+            non_tensor_bytes(&[2, 3]),
+            Some((1 + 2 + 6) * node + (1 + 2) * STACK_BYTES)
+        );
+        assert_eq!(non_tensor_bytes(&[0, usize::MAX]), Some(node + STACK_BYTES));
         assert_eq!(non_tensor_bytes(&[usize::MAX]), None);
         assert_eq!(non_tensor_bytes(&[usize::MAX, 2]), None);
     }
