@@ -49,10 +49,12 @@ impl Storage {
         storage
     }
 
+    #[inline]
     fn bytes(&self) -> &[u8] {
         bytemuck::cast_slice(&self.words)
     }
 
+    #[inline]
     fn bytes_mut(&mut self) -> &mut [u8] {
         bytemuck::cast_slice_mut(&mut self.words)
     }
@@ -366,32 +368,38 @@ impl Tensor {
     }
 
     /// The element type.
+    #[inline]
     pub fn dtype(&self) -> DType {
         self.dtype
     }
 
     /// The shape.
+    #[inline]
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
 
     /// Number of dimensions.
+    #[inline]
     pub fn ndim(&self) -> usize {
         self.shape.len()
     }
 
     /// Number of elements.
+    #[inline]
     pub fn numel(&self) -> usize {
         // Cannot overflow: checked when the storage was made.
         self.shape.iter().product()
     }
 
     /// Size of the elements in bytes.
+    #[inline]
     pub fn nbytes(&self) -> usize {
         self.nbytes
     }
 
     /// The elements' bytes, row-major, native (little-endian) order.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         match &self.storage {
             Backing::Shared(storage) => &storage.bytes()[self.offset..self.offset + self.nbytes],

@@ -208,16 +208,19 @@ impl TensorDict {
     }
 
     /// The batch size: the leading dims every entry shares.
+    #[inline]
     pub fn batch_size(&self) -> &[usize] {
         &self.batch_size
     }
 
     /// Number of root entries (sub-dicts count as one).
+    #[inline]
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// True if there is no entry.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use tensordict::{Tensor, TensorDict};
 
-use super::fields::{all_fields, assemble, columns, set_slots};
+use super::fields::{all_fields, assemble, columns, set_slots, tensors_in_order, Fields};
 use super::Exchange;
 use crate::layout::{control, slot_header, Area, Layout};
 use crate::region::Region;
@@ -100,10 +100,18 @@ impl Shared {
         columns: &mut [&mut [u8]],
     ) {
         let fields = self.layout.schema(area).fields();
-        for (i, (field, column)) in fields.iter().zip(columns.iter_mut()).enumerate() {
+        // The slot checked once: each field's offset is then a sum.
+        let base = self.layout.area_offset(slot, area);
+        let offsets = self.layout.field_offsets(area);
+        for (i, ((field, column), &at)) in fields
+            .iter()
+            .zip(columns.iter_mut())
+            .zip(offsets)
+            .enumerate()
+        {
             if mask & (1 << i) != 0 {
                 let n = field.nbytes();
-                let offset = self.layout.field_offset(slot, area, i);
+                let offset = base + at;
                 let dst = &mut column[row * n..(row + 1) * n];
                 if field.is_sized() {
                     // The header, then what it counts (a torn header is
@@ -189,21 +197,43 @@ impl Shared {
 }
 
 impl Exchange {
-    /// Writes the tensors present (from `present_fields`: one for each
-    /// field of `mask`, in order) into `slot`'s `area`: of a
+    /// Writes `fields` (checked by `fields_of`) into `slot`'s `area`: of a
     /// length-prefixed field, the header and the bytes it counts only.
-    pub(super) fn write_fields(&self, slot: usize, area: Area, mask: u64, present: &[&Tensor]) {
+    pub(super) fn write_fields(&self, slot: usize, area: Area, fields: &Fields<'_>) {
+        match fields {
+            Fields::InOrder(td) => {
+                let n = self.shared.layout.schema(area).len();
+                self.write_tensors(slot, area, all_fields(n), tensors_in_order(td));
+            }
+            Fields::Present(mask, present) => {
+                self.write_tensors(slot, area, *mask, present.iter().copied());
+            }
+        }
+    }
+
+    /// Writes `tensors` (one for each field of `mask`, in order) into
+    /// `slot`'s `area`.
+    fn write_tensors<'a>(
+        &self,
+        slot: usize,
+        area: Area,
+        mask: u64,
+        tensors: impl Iterator<Item = &'a Tensor>,
+    ) {
         let shared = &*self.shared;
         let fields = shared.layout.schema(area).fields();
+        // The slot checked once: each field's offset is then a sum.
+        let base = shared.layout.area_offset(slot, area);
+        let offsets = shared.layout.field_offsets(area);
         let written = (0..fields.len()).filter(|&i| mask & (1 << i) != 0);
-        for (i, tensor) in written.zip(present) {
+        for (i, tensor) in written.zip(tensors) {
             let bytes = tensor.as_bytes();
             let bytes = if fields[i].is_sized() {
                 &bytes[..sized_len(bytes)]
             } else {
                 bytes
             };
-            shared.store(shared.layout.field_offset(slot, area, i), bytes);
+            shared.store(base + offsets[i], bytes);
         }
     }
 }

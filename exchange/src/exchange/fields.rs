@@ -139,6 +139,50 @@ pub(super) fn fill_field(
 /// order.
 pub(super) type Present<'a> = SmallVec<[&'a Tensor; 16]>;
 
+/// The tensors of a tensordict to write into an area, checked against the
+/// area's schema ([`fields_of`]).
+pub(super) enum Fields<'a> {
+    /// Every field, in the schema's order: `td`'s tensors, read straight
+    /// from it (what a worker's buffer, made from the same template, holds
+    /// on every publish).
+    InOrder(&'a TensorDict),
+    /// The fields of the mask, their tensors in order ([`present_fields`]).
+    Present(u64, Present<'a>),
+}
+
+impl Fields<'_> {
+    /// The keys-present mask, for a schema of `n` fields.
+    pub(super) fn mask(&self, n: usize) -> u64 {
+        match self {
+            Fields::InOrder(_) => all_fields(n),
+            Fields::Present(mask, _) => *mask,
+        }
+    }
+}
+
+/// The tensors of `td` to write into an area of `schema`: as
+/// [`present_fields`] finds them (the same answers, the same errors), but
+/// with neither a lookup nor a list when `td` holds every field in order.
+#[inline]
+pub(super) fn fields_of<'a>(
+    schema: &Schema,
+    td: &'a TensorDict,
+) -> Result<Fields<'a>, SchemaError> {
+    if td.batch_size() == schema.batch_size() && holds_every_field_in_order(schema, td) {
+        return Ok(Fields::InOrder(td));
+    }
+    present_fields(schema, td).map(|(mask, present)| Fields::Present(mask, present))
+}
+
+/// The tensors of a tensordict that [`holds_every_field_in_order`], in
+/// order.
+pub(super) fn tensors_in_order(td: &TensorDict) -> impl Iterator<Item = &Tensor> {
+    td.iter().filter_map(|(_, entry)| match entry {
+        Entry::Tensor(t) => Some(t),
+        _ => None,
+    })
+}
+
 /// The keys-present mask of `td` for `schema`, and the tensors present (so
 /// that a writer looks each key up once): `td` has the schema's batch size,
 /// no key that the schema lacks, and the schema's dtype and shape at each
@@ -157,8 +201,8 @@ pub(super) fn present_fields<'a>(
             expected: schema.batch_size().to_vec(),
         });
     }
-    if let Some(all) = every_field_in_order(schema, td) {
-        return Ok(all);
+    if holds_every_field_in_order(schema, td) {
+        return Ok((all_fields(schema.len()), tensors_in_order(td).collect()));
     }
     let mut mask = 0u64;
     let mut present = Present::new();
@@ -205,31 +249,52 @@ pub(super) fn present_fields<'a>(
     mismatch.map_or(Ok((mask, present)), Err)
 }
 
-/// [`present_fields`]' answer without a lookup per key, when `td` (of the
-/// schema's batch size) is flat and holds exactly the schema's fields, in
-/// the schema's order, each a tensor of the field's dtype and shape: what a
-/// worker's result buffer, made from the same template, holds on every
-/// publish. `None` otherwise (the lookups then decide, and name what is
-/// wrong).
-fn every_field_in_order<'a>(schema: &Schema, td: &'a TensorDict) -> Option<(u64, Present<'a>)> {
+/// Whether `td` (of the schema's batch size) is flat and holds exactly the
+/// schema's fields, in the schema's order, each a tensor of the field's
+/// dtype and shape: what a worker's result buffer, made from the same
+/// template, holds on every publish. If not, the lookups of
+/// [`present_fields`] decide, and name what is wrong.
+fn holds_every_field_in_order(schema: &Schema, td: &TensorDict) -> bool {
     let fields = schema.fields();
-    if td.len() != fields.len() || fields.len() > 64 {
-        return None;
+    td.len() == fields.len()
+        && fields.len() <= 64
+        && td
+            .iter()
+            .zip(fields)
+            .all(|((name, entry), field)| match entry {
+                Entry::Tensor(t) => {
+                    field.key().single().is_some_and(|key| same_name(key, name))
+                        && t.dtype() == field.dtype()
+                        && same(t.shape(), field.shape())
+                }
+                _ => false,
+            })
+}
+
+/// `a == b`, compared in line: a shape is a few dimensions, for which the
+/// call to `memcmp` that a slice comparison makes costs more than the
+/// comparison.
+#[inline]
+fn same<T: PartialEq>(a: &[T], b: &[T]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// `a == b` for keys: one of 8 to 16 bytes (most names) is compared as its
+/// first and its last 8 bytes, in line; any other through `memcmp`.
+#[inline]
+fn same_name(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let n = a.len();
+    if n != b.len() {
+        return false;
     }
-    let mut present = Present::new();
-    for ((name, entry), field) in td.iter().zip(fields) {
-        match entry {
-            Entry::Tensor(t)
-                if field.key().single() == Some(name)
-                    && t.dtype() == field.dtype()
-                    && t.shape() == field.shape() =>
-            {
-                present.push(t);
-            }
-            _ => return None,
-        }
+    if !(8..=16).contains(&n) {
+        return a == b;
     }
-    Some((all_fields(fields.len()), present))
+    let word = |s: &[u8], at: usize| {
+        u64::from_ne_bytes(s[at..at + 8].try_into().expect("8 bytes of a key"))
+    };
+    word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8)
 }
 
 #[cfg(test)]
@@ -260,30 +325,66 @@ mod tests {
         template.set("b", Tensor::zeros(DType::F32, &[2])).unwrap();
         template.set("a", Tensor::zeros(DType::U8, &[1])).unwrap();
         let s = Schema::from_template(&template).unwrap();
-        let (mask, present) = every_field_in_order(&s, &template).expect("one pass");
-        assert_eq!(mask, 0b11);
-        assert_eq!(present.len(), 2);
+        assert!(holds_every_field_in_order(&s, &template));
+        assert!(matches!(fields_of(&s, &template), Ok(Fields::InOrder(_))));
+        assert_eq!(tensors_in_order(&template).count(), 2);
         assert_eq!(present_fields(&s, &template).map(|(m, _)| m), Ok(0b11));
         // A field of another dtype or shape: no fast answer, the error.
         let mut other = template.clone();
         other.set("a", Tensor::zeros(DType::U8, &[2])).unwrap();
-        assert!(every_field_in_order(&s, &other).is_none());
+        assert!(!holds_every_field_in_order(&s, &other));
         assert!(matches!(
             present_fields(&s, &other),
+            Err(SchemaError::Shape { .. })
+        ));
+        assert!(matches!(
+            fields_of(&s, &other),
             Err(SchemaError::Shape { .. })
         ));
         // A subset, or an extra key: the lookups decide.
         let mut subset = TensorDict::new(&[]);
         subset.set("b", Tensor::zeros(DType::F32, &[2])).unwrap();
-        assert!(every_field_in_order(&s, &subset).is_none());
+        assert!(!holds_every_field_in_order(&s, &subset));
         assert_eq!(present_fields(&s, &subset).map(|(m, _)| m), Ok(0b10));
+        assert!(matches!(
+            fields_of(&s, &subset),
+            Ok(Fields::Present(0b10, _))
+        ));
         let mut extra = template.clone();
         extra.set("c", Tensor::zeros(DType::U8, &[1])).unwrap();
-        assert!(every_field_in_order(&s, &extra).is_none());
+        assert!(!holds_every_field_in_order(&s, &extra));
         assert!(matches!(
             present_fields(&s, &extra),
             Err(SchemaError::UnknownKeys { .. })
         ));
+    }
+
+    #[test]
+    fn names_compare_equal_only_when_equal() {
+        let names = [
+            "",
+            "a",
+            "done",
+            "reward!",
+            "action__",
+            "terminated",
+            "observation",
+            "observation_16b",
+            "observation_16by",
+            "observation_long_name",
+        ];
+        for a in names {
+            for b in names {
+                assert_eq!(same_name(a, b), a == b, "{a:?} {b:?}");
+            }
+            // The same length, one byte apart anywhere.
+            for i in 0..a.len() {
+                let mut other = a.as_bytes().to_vec();
+                other[i] ^= 1;
+                let other = String::from_utf8(other).unwrap();
+                assert!(!same_name(a, &other), "{a:?} {other:?}");
+            }
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use tensordict::TensorDict;
 
-use super::fields::{present_fields, Present};
+use super::fields::{fields_of, Fields, Present};
 use super::Exchange;
 use crate::error::WriteError;
 use crate::futex::bell;
@@ -74,16 +74,20 @@ impl Exchange {
     ) -> Result<(), WriteError> {
         self.check_write_slot(slot)?;
         let shared = &*self.shared;
-        let check =
-            |area, td| {
-                present_fields(shared.layout.schema(area), td)
-                    .map_err(|source| WriteError::Schema { slot, area, source })
-            };
-        let (result_mask, result_present) = check(Area::Result, result)?;
-        let (next_mask, next_present) = match next {
-            Some(next) => check(Area::Next, next)?,
-            None => (0, Present::new()),
+        let check = |area, td| {
+            fields_of(shared.layout.schema(area), td).map_err(|source| WriteError::Schema {
+                slot,
+                area,
+                source,
+            })
         };
+        let result_fields = check(Area::Result, result)?;
+        let next_fields = match next {
+            Some(next) => check(Area::Next, next)?,
+            None => Fields::Present(0, Present::new()),
+        };
+        let result_mask = result_fields.mask(shared.layout.schema(Area::Result).len());
+        let next_mask = next_fields.mask(shared.layout.schema(Area::Next).len());
         let published = published.unwrap_or_else(now_ns);
         let clock = shared.clock(slot);
         let start = seqlock::begin_write(clock);
@@ -98,8 +102,8 @@ impl Exchange {
         shared
             .word64(slot, slot_header::PUBLISHED_NS_OFFSET)
             .store(published, Ordering::Relaxed);
-        self.write_fields(slot, Area::Result, result_mask, &result_present);
-        self.write_fields(slot, Area::Next, next_mask, &next_present);
+        self.write_fields(slot, Area::Result, &result_fields);
+        self.write_fields(slot, Area::Next, &next_fields);
         seqlock::end_write(clock, start);
         if ring {
             bell::ring(shared.bell());

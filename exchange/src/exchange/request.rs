@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::fields::{fill_field, present_fields};
+use super::fields::{fields_of, fill_field};
 use super::{Exchange, FIRST_COMMAND, SPIN};
 use crate::error::{ReadError, WriteError};
 use crate::futex::command;
@@ -40,7 +40,7 @@ impl Exchange {
     pub fn write_input(&self, slot: usize, td: &TensorDict) -> Result<(), WriteError> {
         self.check_write_slot(slot)?;
         let schema = self.shared.layout.schema(Area::Input);
-        let (mask, present) = present_fields(schema, td).map_err(|source| WriteError::Schema {
+        let fields = fields_of(schema, td).map_err(|source| WriteError::Schema {
             slot,
             area: Area::Input,
             source,
@@ -52,8 +52,8 @@ impl Exchange {
         // `command::post`.
         self.shared
             .word64(slot, slot_header::INPUT_KEYS_OFFSET)
-            .store(mask, Ordering::Relaxed);
-        self.write_fields(slot, Area::Input, mask, &present);
+            .store(fields.mask(schema.len()), Ordering::Relaxed);
+        self.write_fields(slot, Area::Input, &fields);
         Ok(())
     }
 
