@@ -15,9 +15,11 @@
 //! example is built (in `target/instructions-native/build`, apart from
 //! the usual build) with `RLPOOL_PUBLISH_RUN_US=1000`, so that under
 //! callgrind a worker's runs of results are as long as native ones (up to
-//! 16 CartPoles): the figure to hold against the goal. The process backend's
-//! workers are other processes, which callgrind does not follow to their
-//! end (the pool stops them): only the thread backend is counted.
+//! 16 CartPoles): the figure to hold against the goal. Only the thread
+//! backend is counted. The process backend's workers are other processes:
+//! `valgrind --tool=callgrind --trace-children=yes` follows them (rustix
+//! goes through libc for that, see the workspace manifest), one output file
+//! per process, which this command does not read yet.
 //!
 //! The output files stay under `target/instructions/` for
 //! `callgrind_annotate`.
