@@ -200,13 +200,11 @@ impl Exchange {
     /// Writes `fields` (checked by `fields_of`) into `slot`'s `area`: of a
     /// length-prefixed field, the header and the bytes it counts only.
     pub(super) fn write_fields(&self, slot: usize, area: Area, fields: &Fields<'_>) {
+        let mask = fields.mask(self.shared.layout.schema(area).len());
         match fields {
-            Fields::InOrder(td) => {
-                let n = self.shared.layout.schema(area).len();
-                self.write_tensors(slot, area, all_fields(n), tensors_in_order(td));
-            }
-            Fields::Present(mask, present) => {
-                self.write_tensors(slot, area, *mask, present.iter().copied());
+            Fields::InOrder(td) => self.write_tensors(slot, area, mask, tensors_in_order(td)),
+            Fields::Present(_, present) => {
+                self.write_tensors(slot, area, mask, present.iter().copied());
             }
         }
     }
