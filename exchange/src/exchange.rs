@@ -39,6 +39,8 @@
 //! - `request.rs`: the request path: inputs and the command word;
 //! - `publish.rs`: the publish path: the clock, the result and next areas,
 //!   the bell;
+//! - `lend.rs`: a slot's areas lent to its worker as in-place views, and
+//!   their publish (no copy on the worker's side);
 //! - `receive.rs`: receives with `min_get`, `max_get` and a deadline, and
 //!   the bell a receiver sleeps on;
 //! - `received.rs`: what a receive took, and lazy views of it;
@@ -64,12 +66,15 @@ use self::access::Shared;
 
 mod access;
 mod fields;
+#[allow(unsafe_code)]
+mod lend;
 mod publish;
 mod receive;
 mod received;
 mod request;
 mod rows;
 
+pub use self::lend::LentWrite;
 pub use self::receive::Receive;
 pub use self::received::{Received, SlotView};
 pub use self::rows::{Columns, InputRows, SlotRead};
@@ -131,6 +136,9 @@ pub struct Exchange {
     /// The clock of the last result this reader took from each slot.
     taken: Vec<u64>,
     stats: Mutex<StatsState>,
+    /// The region as a block of in-place views, once a worker lends a
+    /// slot's areas ([`Exchange::lend_area`]).
+    lent: std::sync::OnceLock<tensordict::SharedBlock>,
 }
 
 impl Exchange {
@@ -251,6 +259,7 @@ impl Exchange {
             shared: Arc::new(Shared { region, layout }),
             taken: vec![seqlock::NEVER_PUBLISHED; slots],
             stats: Mutex::new(StatsState::new(slots)),
+            lent: std::sync::OnceLock::new(),
         }
     }
 

@@ -42,9 +42,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! `unsafe` code is denied in the crate but for two modules: `region` (the
-//! mapping's atomics and byte copies at bounds-checked offsets) and
-//! `seqlock` (the relaxed-atomic copies over raw pointers). Everything else
+//! `unsafe` code is denied in the crate but for three modules: `region`
+//! (the mapping's atomics and byte copies at bounds-checked offsets),
+//! `seqlock` (the relaxed-atomic copies over raw pointers) and
+//! `exchange/lend` (a slot's fields lent as in-place views). Everything else
 //! reaches the mapping through their safe methods.
 #![deny(unsafe_code)]
 
@@ -72,7 +73,8 @@ pub use crate::error::ExchangeError;
 pub use crate::error::{LayoutError, ReadError, SchemaDecodeError, SchemaError, WriteError};
 #[cfg(not(loom))]
 pub use crate::exchange::{
-    Columns, Exchange, InputRows, Receive, Received, SlotRead, SlotView, FIRST_COMMAND, SLOT_KEY,
+    Columns, Exchange, InputRows, LentWrite, Receive, Received, SlotRead, SlotView, FIRST_COMMAND,
+    SLOT_KEY,
 };
 pub use crate::layout::{
     Area, Layout, CACHE_LINE, FIELD_ALIGN, MAX_AREA_FIELDS, MAX_SLOTS, SLOTS_OFFSET,

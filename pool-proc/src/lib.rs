@@ -37,7 +37,9 @@
 //! assert_eq!(runner.next.tensor("observation")?.to_vec::<i32>()?, vec![1]);
 //! # Ok(()) }
 //! ```
-#![forbid(unsafe_code)]
+// One `unsafe` block: the worker lends an env's slot to its buffers as
+// in-place views (`worker::lend`), under the exchange's lending protocol.
+#![deny(unsafe_code)]
 
 mod backend;
 mod error;

@@ -37,7 +37,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use envs::{Env, Kwargs};
-use exchange::{Bells, Exchange, Schema, FIRST_COMMAND};
+use exchange::{Area, Bells, Exchange, Schema, FIRST_COMMAND};
 use pool_core::spin::{
     IDLE_AFTER, RING_EVERY, RING_LATE, RUNNER_SPIN, STALL, STOP_GRACE, STOP_POLL,
 };
@@ -152,6 +152,10 @@ struct Hosted {
     env: usize,
     inner: Box<dyn Env>,
     runner: Runner,
+    /// Whether the runner's buffers are views of the env's slot (shm):
+    /// the env reads and writes them in place
+    /// ([`Exchange::lend_area`]).
+    lent: bool,
     /// Step commands received (for the socket fault).
     steps: u64,
     /// A socket fault in place of a step command (tests only).
@@ -447,6 +451,7 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
                     env,
                     inner,
                     runner,
+                    lent: false,
                     steps: 0,
                     fault,
                 }));
@@ -496,6 +501,12 @@ fn serve(reader: &mut FrameReader, writer: &Writer) -> Result<(), String> {
             let bells = Bells::open(bells_fd).map_err(|e| format!("opening the doorbells: {e}"))?;
             if bell >= bells.len() {
                 return Err(format!("no doorbell {bell} among {}", bells.len()));
+            }
+            for h in &mut hosted {
+                lend(
+                    &exchange,
+                    h.get_mut().unwrap_or_else(PoisonError::into_inner),
+                );
             }
             Transport::Shm {
                 exchange: Box::new(exchange),
@@ -924,7 +935,9 @@ fn shm_command(
         inject(work, fault);
         return true;
     }
-    let mut outcome = if with_input || op != Op::Reset {
+    // A lent slot's clock goes odd before the env touches its views.
+    let lent = h.lent.then(|| exchange.begin_lent(slot));
+    let mut outcome = if lent.is_none() && (with_input || op != Op::Reset) {
         exchange
             .read_input(slot, &mut h.runner.input)
             .map_err(|e| FromWorker::Failed {
@@ -943,6 +956,20 @@ fn shm_command(
     let now = exchange::now_ns();
     *published = Some(now.saturating_sub(work.epoch_ns));
     let published = match outcome {
+        Ok(()) if lent.is_some() => {
+            let write = lent.expect("just checked");
+            let runner = &h.runner;
+            let (result, next) = match op {
+                Op::Reset => (None, Some(&runner.root)),
+                Op::Step => (Some(&runner.next), None),
+                Op::StepAndMaybeReset => (Some(&runner.next), Some(&runner.root)),
+            };
+            exchange
+                .publish_lent_at(write, result, next, now)
+                .map_err(|e| unfit(h.env, op, e))
+        }
+        // A failed command of a lent slot leaves its clock odd: the slot
+        // reads busy until the next command's write.
         Ok(()) => match op {
             Op::Reset => {
                 let empty = TensorDict::new(h.runner.next.batch_size());
@@ -953,12 +980,7 @@ fn shm_command(
                 exchange.publish_quiet_at(slot, &h.runner.next, Some(&h.runner.root), now)
             }
         }
-        .map_err(|e| FromWorker::Failed {
-            env: h.env as u32,
-            during: op.name().into(),
-            message: format!("its result does not fit the slot: {e}"),
-            panicked: false,
-        }),
+        .map_err(|e| unfit(h.env, op, e)),
         Err(failed) => Err(failed),
     };
     if let Err(failed) = published {
@@ -967,6 +989,42 @@ fn shm_command(
         }
     }
     true
+}
+
+/// The failure of a result that does not fit its slot.
+fn unfit(env: usize, op: Op, e: exchange::WriteError) -> FromWorker {
+    FromWorker::Failed {
+        env: env as u32,
+        during: op.name().into(),
+        message: format!("its result does not fit the slot: {e}"),
+        panicked: false,
+    }
+}
+
+/// Lends an env's slot to its runner's buffers, when each of them fits its
+/// area (the parent made the schemas from these buffers, so they do): the
+/// env then reads its action and writes its result in place.
+#[allow(unsafe_code)]
+fn lend(exchange: &Exchange, h: &mut Hosted) {
+    let runner = &mut h.runner;
+    // SAFETY: this worker is the only one of the slot, and lends it once
+    // (here, before any command); the runner touches the buffers only
+    // inside `shm_command`, between `begin_lent` and the publish; the
+    // parent writes a slot's input only while no command of it is pending
+    // or running (`Exchange::write_input`'s contract).
+    let lent = unsafe {
+        (
+            exchange.lend_area(h.env, Area::Input, &runner.input),
+            exchange.lend_area(h.env, Area::Result, &runner.next),
+            exchange.lend_area(h.env, Area::Next, &runner.root),
+        )
+    };
+    if let (Some(input), Some(next), Some(root)) = lent {
+        runner.input = input;
+        runner.next = next;
+        runner.root = root;
+        h.lent = true;
+    }
 }
 
 #[cfg(test)]

@@ -137,6 +137,19 @@ pub enum TensorDictError {
         /// The key.
         key: NestedKey,
     },
+    /// A view of a [`crate::SharedBlock`] whose bytes leave the block or
+    /// are misaligned for its dtype.
+    #[error("a view of {nbytes} bytes of {dtype} at offset {offset} does not fit a block of {len} bytes (or is misaligned)")]
+    ViewOutOfBlock {
+        /// The dtype of the view.
+        dtype: crate::DType,
+        /// Where it would start.
+        offset: usize,
+        /// Its size in bytes.
+        nbytes: usize,
+        /// The block's size in bytes.
+        len: usize,
+    },
     /// A key of a lazy stack that cannot be read as one stacked value.
     #[error("lazy stack: key {key} cannot be stacked: {reason}")]
     LazyKey {

@@ -3,9 +3,13 @@
 //! batch's owner copies rows out of it: what lets a pool's envs write their
 //! results straight into the batch, with no copy per env.
 //!
+//! [`SharedBlock`] does the same for bytes the crate does not own: a
+//! mapping shared between processes, whose ranges tensors view in place.
+//!
 //! The one module of the crate besides `Tensor::bytes_mut`'s block with
-//! `unsafe`: [`RowBlock`] is memory that several threads write at once,
-//! each its own rows, and that no reference to the whole ever covers.
+//! `unsafe`: [`RowBlock`] is memory that several threads (or processes)
+//! write at once, each its own rows, and that no reference to the whole
+//! ever covers.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -23,19 +27,24 @@ use crate::{DType, Entry, NestedKey, Shape, Tensor, TensorDict, TensorDictError}
 /// raw pointers reach it; no `&[u8]` of the whole is ever made.
 pub(crate) struct RowBlock {
     /// `words` zeroed `u64`s (8-byte alignment for every dtype), from a
-    /// `Box<[u64]>` that [`RowBlock::drop`] frees.
+    /// `Box<[u64]>` that [`RowBlock::drop`] frees; or, with a `keeper`,
+    /// foreign bytes (8-byte aligned) that the keeper keeps alive.
     ptr: NonNull<u64>,
     words: usize,
     /// The bytes in use (at most `8 * words`).
     len: usize,
+    /// What keeps foreign bytes alive ([`SharedBlock::new`]); `None` when
+    /// the block owns its box.
+    keeper: Option<Arc<dyn Send + Sync>>,
 }
 
 #[allow(unsafe_code)]
-// SAFETY: a `RowBlock` owns its allocation (as the `Box<[u64]>` it was);
-// every access goes through the unsafe methods below, whose callers keep
-// concurrent accesses to disjoint ranges (a view's own row, or rows no view
-// is using), so sharing and sending it is as sound as sharing the box's
-// disjoint parts.
+// SAFETY: a `RowBlock` owns its allocation (as the `Box<[u64]>` it was), or
+// holds the keeper of foreign bytes that are valid from any thread while it
+// lives (`SharedBlock::new`'s contract); every access goes through the
+// unsafe methods below, whose callers keep concurrent accesses to disjoint
+// ranges (a view's own row, or rows no view is using), so sharing and
+// sending it is as sound as sharing the box's disjoint parts.
 unsafe impl Send for RowBlock {}
 #[allow(unsafe_code)]
 // SAFETY: as for `Send`.
@@ -47,7 +56,12 @@ impl RowBlock {
         let words = len.div_ceil(8);
         let boxed: Box<[u64]> = vec![0u64; words].into_boxed_slice();
         let ptr = NonNull::new(Box::into_raw(boxed).cast::<u64>()).expect("a box is never null");
-        RowBlock { ptr, words, len }
+        RowBlock {
+            ptr,
+            words,
+            len,
+            keeper: None,
+        }
     }
 
     /// The bytes in use.
@@ -197,6 +211,10 @@ unsafe fn move_rows(
 
 impl Drop for RowBlock {
     fn drop(&mut self) {
+        if self.keeper.is_some() {
+            // Foreign bytes: the keeper, dropped next, owns them.
+            return;
+        }
         #[allow(unsafe_code)]
         // SAFETY: `ptr` and `words` are those of the box made in `zeroed`,
         // freed only here, once; no view outlives the block (each holds an
@@ -213,6 +231,120 @@ impl Drop for RowBlock {
 impl std::fmt::Debug for RowBlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "RowBlock({} bytes)", self.len)
+    }
+}
+
+/// Bytes that the crate does not own, such as a mapping shared between
+/// processes, lent out as tensors that view their ranges in place: how an
+/// env in a worker process writes its result straight into the slot its
+/// parent reads, and reads its action from where the parent wrote it.
+///
+/// A view is the only tensor that sees its bytes, as a row of a
+/// [`LentRows`]: cloning, indexing or reshaping it copies them, and a
+/// holder that replaces it (`set`) takes those bytes out of its tensordict
+/// ([`SharedBlock::is_view`] tells).
+///
+/// ```
+/// use std::ptr::NonNull;
+/// use std::sync::{Arc, Mutex};
+/// use tensordict::{DType, SharedBlock};
+/// # fn main() -> Result<(), tensordict::TensorDictError> {
+/// // Stands for a mapping: 8-byte aligned, alive while its keeper lives.
+/// let memory = Arc::new(Mutex::new(vec![0u64; 2]));
+/// let ptr = NonNull::new(memory.lock().unwrap().as_mut_ptr().cast::<u8>()).unwrap();
+/// #[allow(unsafe_code)]
+/// // SAFETY: 16 aligned bytes that `memory` keeps; nothing else touches
+/// // them while the view is used, and the views do not overlap.
+/// let (block, mut view) = unsafe {
+///     let block = SharedBlock::new(ptr, 16, memory.clone());
+///     let view = block.view(DType::F32, &[2], 8)?;
+///     (block, view)
+/// };
+/// view.as_mut_slice::<f32>()?.copy_from_slice(&[1.5, 2.5]);
+/// assert!(block.is_view(&view, 8));
+/// assert!(!block.is_view(&view.clone(), 8), "a clone copies");
+/// drop((view, block));
+/// let word = memory.lock().unwrap()[1];
+/// assert_eq!(word.to_ne_bytes()[..4], 1.5f32.to_ne_bytes());
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct SharedBlock(Arc<RowBlock>);
+
+impl SharedBlock {
+    /// The `len` bytes at `ptr`, kept alive by `keeper`.
+    ///
+    /// # Safety
+    /// `ptr` is 8-byte aligned and its `len` bytes are initialized,
+    /// readable and writable from any thread for as long as `keeper`
+    /// lives; nothing reaches them through a reference while a view of the
+    /// block lives, only through raw pointers or atomics.
+    #[allow(unsafe_code)]
+    pub unsafe fn new(ptr: NonNull<u8>, len: usize, keeper: Arc<dyn Send + Sync>) -> SharedBlock {
+        debug_assert!(ptr.as_ptr() as usize % 8 == 0, "8-byte aligned");
+        SharedBlock(Arc::new(RowBlock {
+            ptr: ptr.cast::<u64>(),
+            words: len.div_ceil(8),
+            len,
+            keeper: Some(keeper),
+        }))
+    }
+
+    /// The bytes the block spans.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the block spans no byte.
+    pub fn is_empty(&self) -> bool {
+        self.0.len() == 0
+    }
+
+    /// A tensor of `dtype` and `shape` that views the bytes at `offset`
+    /// in place.
+    ///
+    /// # Errors
+    /// [`TensorDictError::ViewOutOfBlock`] if the bytes end past the block
+    /// or `offset` is not a multiple of the dtype's size;
+    /// [`TensorDictError::ShapeTooLarge`] if the shape's size overflows.
+    ///
+    /// # Safety
+    /// While the view lives, no other view of the block overlaps its
+    /// bytes; while they are read through it (a borrow of
+    /// [`Tensor::as_bytes`] or a slice of it) nothing else writes them, and
+    /// while they are written through it ([`Tensor::bytes_mut`]) nothing
+    /// else reads or writes them, in this process or any other that maps
+    /// them.
+    #[allow(unsafe_code)]
+    pub unsafe fn view(
+        &self,
+        dtype: DType,
+        shape: &[usize],
+        offset: usize,
+    ) -> Result<Tensor, TensorDictError> {
+        let nbytes = crate::tensor::checked_numel(shape)
+            .and_then(|n| n.checked_mul(dtype.size()))
+            .ok_or_else(|| TensorDictError::ShapeTooLarge {
+                shape: shape.to_vec(),
+            })?;
+        let fits = offset
+            .checked_add(nbytes)
+            .is_some_and(|end| end <= self.0.len());
+        if !fits || offset % dtype.size() != 0 {
+            return Err(TensorDictError::ViewOutOfBlock {
+                dtype,
+                offset,
+                nbytes,
+                len: self.0.len(),
+            });
+        }
+        Ok(Tensor::row_view(dtype, shape, &self.0, offset, nbytes))
+    }
+
+    /// Whether `tensor` is this block's view at `offset`.
+    #[inline]
+    pub fn is_view(&self, tensor: &Tensor, offset: usize) -> bool {
+        tensor.is_row_view(&self.0, offset)
     }
 }
 
@@ -800,6 +932,80 @@ fn write_at(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A shared block over a vector of `words` words that the block keeps.
+    fn shared_block(words: usize) -> SharedBlock {
+        let memory = Arc::new(std::sync::Mutex::new(vec![0u64; words]));
+        let ptr = NonNull::new(memory.lock().unwrap().as_mut_ptr().cast::<u8>()).unwrap();
+        #[allow(unsafe_code)]
+        // SAFETY: the vector's aligned bytes, kept by the block; nothing
+        // else reaches them.
+        unsafe {
+            SharedBlock::new(ptr, 8 * words, memory)
+        }
+    }
+
+    #[test]
+    fn a_shared_view_outside_its_block_or_misaligned_is_an_error() {
+        let block = shared_block(2);
+        assert_eq!(block.len(), 16);
+        #[allow(unsafe_code)]
+        // SAFETY: each view is dropped at once; none overlaps another alive.
+        unsafe {
+            assert!(block.view(DType::F32, &[4], 0).is_ok());
+            let err = block.view(DType::F32, &[4], 4).unwrap_err();
+            assert_eq!(
+                err,
+                TensorDictError::ViewOutOfBlock {
+                    dtype: DType::F32,
+                    offset: 4,
+                    nbytes: 16,
+                    len: 16
+                }
+            );
+            assert!(err.to_string().contains("offset 4"), "{err}");
+            let err = block.view(DType::F64, &[1], 4).unwrap_err();
+            assert!(matches!(
+                err,
+                TensorDictError::ViewOutOfBlock { offset: 4, .. }
+            ));
+            let err = block.view(DType::U8, &[usize::MAX, 2], 0).unwrap_err();
+            assert!(matches!(err, TensorDictError::ShapeTooLarge { .. }));
+        }
+    }
+
+    /// A view writes its bytes in place, sees what is there, and stays the
+    /// one tensor of them: a clone or an index copies.
+    #[test]
+    fn a_shared_view_writes_in_place_and_copies_when_cloned() {
+        let block = shared_block(2);
+        #[allow(unsafe_code)]
+        // SAFETY: two views of disjoint bytes; nothing else reaches them.
+        let (mut a, mut b) = unsafe {
+            (
+                block.view(DType::I32, &[2], 0).unwrap(),
+                block.view(DType::I32, &[2], 8).unwrap(),
+            )
+        };
+        a.as_mut_slice::<i32>().unwrap().copy_from_slice(&[1, 2]);
+        b.as_mut_slice::<i32>().unwrap().copy_from_slice(&[3, 4]);
+        assert!(block.is_view(&a, 0) && block.is_view(&b, 8) && !block.is_view(&a, 8));
+        let copy = a.clone();
+        a.as_mut_slice::<i32>().unwrap()[0] = 9;
+        assert_eq!(copy.to_vec::<i32>().unwrap(), vec![1, 2]);
+        assert!(!block.is_view(&copy, 0));
+        assert_eq!(a.index(0).unwrap().item::<i32>().unwrap(), 9);
+        // A second view of the same bytes (after the first is gone) sees
+        // the first's writes.
+        drop(a);
+        #[allow(unsafe_code)]
+        // SAFETY: the view of these bytes was dropped.
+        let again = unsafe { block.view(DType::I32, &[2], 0).unwrap() };
+        assert_eq!(again.to_vec::<i32>().unwrap(), vec![9, 2]);
+        // The memory outlives the block while a view holds it.
+        drop(block);
+        assert_eq!(b.to_vec::<i32>().unwrap(), vec![3, 4]);
+    }
 
     fn batch(rows: usize) -> TensorDict {
         let mut td = TensorDict::new(&[rows]);

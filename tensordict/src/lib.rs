@@ -40,8 +40,10 @@
 //! # let _ = (DType::F32, NonTensor::Int(0));
 //! # Ok(()) }
 //! ```
-// One `unsafe` block, in `tensor.rs` (`Tensor::bytes_mut`: a unique
-// storage written without `Arc::get_mut`'s second check).
+// `unsafe` in two modules: `tensor.rs` (`Tensor::bytes_mut`: a unique
+// storage written without `Arc::get_mut`'s second check, and the views of
+// lent rows) and `lent.rs` (the blocks that lent rows and shared blocks
+// view in place).
 #![deny(unsafe_code)]
 // `ok_or(Error::Variant { .. })` builds the error on the success path too,
 // and drops it there through the error enum's drop glue (its other
@@ -68,7 +70,7 @@ pub use crate::codec::{decode, encode, encode_into, DecodeError};
 pub use crate::dtype::{DType, Element};
 pub use crate::error::TensorDictError;
 pub use crate::key::{KeyLike, KeyParts, NestedKey};
-pub use crate::lent::{LeafMap, LentRows};
+pub use crate::lent::{LeafMap, LentRows, SharedBlock};
 pub use crate::non_tensor::{Items, NonTensor};
 pub use crate::stack::{LazyStackedTensorDict, StackedTensorDict};
 pub use crate::tensor::{Shape, Tensor};
