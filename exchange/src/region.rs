@@ -306,6 +306,41 @@ impl Region {
         unsafe { seqlock::write_bytes(self.as_ptr().add(offset), src) };
         Ok(())
     }
+
+    /// [`Region::load`] as whole `u64`s (`seqlock::read_words`), for a range
+    /// at an 8-byte-aligned `offset` whose bytes up to the next 8-byte
+    /// boundary are copied only this way and with [`Region::store_words`]
+    /// (a layout's fixed-size fields and their padding).
+    #[inline]
+    pub(crate) fn load_words(&self, offset: usize, dst: &mut [u8]) -> Result<(), RegionError> {
+        self.check_words(offset, dst.len())?;
+        // SAFETY: as in `load`, over the range rounded up to whole words
+        // (checked above); the padding is copied only by the word copies.
+        unsafe { seqlock::read_words(self.as_ptr().add(offset), dst) };
+        Ok(())
+    }
+
+    /// [`Region::store`] as whole `u64`s (`seqlock::write_words`): the
+    /// bytes past `src` up to the next 8-byte boundary become zeros. For the
+    /// ranges of [`Region::load_words`].
+    #[inline]
+    pub(crate) fn store_words(&self, offset: usize, src: &[u8]) -> Result<(), RegionError> {
+        self.check_words(offset, src.len())?;
+        // SAFETY: as in `store`, over the range rounded up to whole words
+        // (checked above); the padding is copied only by the word copies.
+        unsafe { seqlock::write_words(self.as_ptr().add(offset), src) };
+        Ok(())
+    }
+
+    /// `len` bytes at `offset`, rounded up to whole words, lie inside the
+    /// region, and `offset` is 8-byte aligned.
+    #[inline]
+    fn check_words(&self, offset: usize, len: usize) -> Result<(), RegionError> {
+        if offset % 8 != 0 {
+            return Err(RegionError::Misaligned { offset, align: 8 });
+        }
+        self.check_range(offset, len.div_ceil(8) * 8)
+    }
 }
 
 #[cfg(test)]
@@ -364,6 +399,52 @@ mod tests {
         assert!(other.load(usize::MAX, &mut [0; 2]).is_err());
         // An empty copy anywhere inside (or at the end) is fine.
         assert_eq!(other.load(128, &mut []), Ok(()));
+    }
+
+    /// Word copies round trip every length at an aligned offset, write the
+    /// last word's padding as zeros, and refuse a misaligned offset or a
+    /// range whose last word leaves the region.
+    #[test]
+    fn word_copies_round_trip_and_pad_the_last_word() {
+        let region = Region::create("rlpool-test", 128).unwrap();
+        let other = Region::open(region.try_clone_fd().unwrap()).unwrap();
+        for len in 0..=24usize {
+            region.store(64, &[0xff; 32]).unwrap();
+            let src: Vec<u8> = (1..=len as u8).collect();
+            region.store_words(64, &src).unwrap();
+            let mut dst = vec![0u8; len];
+            other.load_words(64, &mut dst).unwrap();
+            assert_eq!(dst, src, "len {len}");
+            let mut all = [0u8; 32];
+            other.load(64, &mut all).unwrap();
+            let padded = len.div_ceil(8) * 8;
+            assert!(
+                all[len..padded].iter().all(|&b| b == 0),
+                "len {len}: {all:?}"
+            );
+            assert!(
+                all[padded..].iter().all(|&b| b == 0xff),
+                "len {len}: {all:?}"
+            );
+        }
+        assert_eq!(
+            region.store_words(4, &[1]),
+            Err(RegionError::Misaligned {
+                offset: 4,
+                align: 8
+            })
+        );
+        assert!(other.load_words(12, &mut [0; 4]).is_err());
+        // 4 bytes at 120 fit, but their word too; 9 bytes need two words.
+        assert_eq!(region.store_words(120, &[1; 4]), Ok(()));
+        assert_eq!(
+            region.store_words(120, &[1; 9]),
+            Err(RegionError::OutOfBounds {
+                offset: 120,
+                size: 16,
+                len: 128
+            })
+        );
     }
 
     #[test]

@@ -42,7 +42,11 @@
 //! `u64`s and the bytes before and after them one by one. Two copies of the
 //! same bytes use the same access sizes when they cover the same range, or
 //! ranges that start and end on 8-byte boundaries; keep to that so that atomic
-//! accesses of different sizes never overlap.
+//! accesses of different sizes never overlap. [`write_words`] and
+//! [`read_words`] copy a range that starts on an 8-byte boundary as whole
+//! words, the last one padded: for ranges whose bytes up to the next
+//! boundary belong to no one else (a layout's fields), each copied with
+//! these two only, so their accesses are all `u64`s.
 // loom builds leave the slot layer out, and the tests that compile this file
 // in use part of it.
 #![cfg_attr(any(loom, test), allow(dead_code))]
@@ -206,6 +210,91 @@ pub(crate) unsafe fn write_bytes(dst: *mut u8, src: &[u8]) {
         let cell = unsafe { RawU8::from_ptr(dst.add(tail_start + i)) };
         // Relaxed: ordered by the clock (fence in begin_write, end_write).
         cell.store(byte, Ordering::Relaxed);
+    }
+}
+
+/// Copies `src` to `dst` as [`write_bytes`] does, but as whole words: the
+/// bytes of the last word past `src` are written as zeros. One atomic store
+/// per 8 bytes, where [`write_bytes`] stores a short range's bytes one by
+/// one.
+///
+/// # Safety
+///
+/// As for [`write_bytes`], and: `dst` is 8-byte aligned, and the bytes from
+/// its end to the next 8-byte boundary are the caller's too, copied only by
+/// these word copies.
+pub(crate) unsafe fn write_words(dst: *mut u8, src: &[u8]) {
+    debug_assert!(dst as usize % size_of::<u64>() == 0, "8-byte aligned");
+    let mut chunks = src.chunks_exact(size_of::<u64>());
+    let mut w = 0;
+    for chunk in &mut chunks {
+        let word = u64::from_ne_bytes(chunk.try_into().expect("an 8-byte chunk"));
+        // SAFETY: word `w` lies in the caller's area (aligned: `dst` is),
+        // which is accessed atomically only.
+        let cell = unsafe { RawU64::from_ptr(dst.add(w * 8).cast()) };
+        // Relaxed: ordered by the clock (fence in begin_write, end_write).
+        cell.store(word, Ordering::Relaxed);
+        w += 1;
+    }
+    let tail = chunks.remainder();
+    if !tail.is_empty() {
+        let mut bytes = [0u8; 8];
+        copy_short(&mut bytes[..tail.len()], tail);
+        // SAFETY: the last word is the caller's up to its 8-byte boundary
+        // (the caller's promise), aligned, accessed atomically only.
+        let cell = unsafe { RawU64::from_ptr(dst.add(w * 8).cast()) };
+        // Relaxed: as above.
+        cell.store(u64::from_ne_bytes(bytes), Ordering::Relaxed);
+    }
+}
+
+/// `dst.len()` (under 8) bytes of `src` into `dst`, each length a copy of a
+/// constant size: a copy whose length is known only at run time is a call
+/// to `memcpy` (a byte loop too, which the compiler turns into one), dearer
+/// than the few bytes it moves.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    match dst.len() {
+        1 => dst.copy_from_slice(&src[..1]),
+        2 => dst.copy_from_slice(&src[..2]),
+        3 => dst.copy_from_slice(&src[..3]),
+        4 => dst.copy_from_slice(&src[..4]),
+        5 => dst.copy_from_slice(&src[..5]),
+        6 => dst.copy_from_slice(&src[..6]),
+        7 => dst.copy_from_slice(&src[..7]),
+        n => dst.copy_from_slice(&src[..n]),
+    }
+}
+
+/// Copies `dst.len()` bytes at `src` into `dst` as [`read_bytes`] does, but
+/// as whole words: the last word is loaded whole and its first bytes kept.
+///
+/// # Safety
+///
+/// As for [`read_bytes`], and: `src` is 8-byte aligned, and the bytes from
+/// its end to the next 8-byte boundary are the caller's too, copied only by
+/// these word copies.
+pub(crate) unsafe fn read_words(src: *const u8, dst: &mut [u8]) {
+    let src = src.cast_mut();
+    debug_assert!(src as usize % size_of::<u64>() == 0, "8-byte aligned");
+    let mut chunks = dst.chunks_exact_mut(size_of::<u64>());
+    let mut w = 0;
+    for chunk in &mut chunks {
+        // SAFETY: word `w` lies in the caller's area (aligned: `src` is),
+        // which is accessed atomically only.
+        let cell = unsafe { RawU64::from_ptr(src.add(w * 8).cast()) };
+        // Relaxed: ordered by the clock (read_begin, fence in read_validate).
+        chunk.copy_from_slice(&cell.load(Ordering::Relaxed).to_ne_bytes());
+        w += 1;
+    }
+    let tail = chunks.into_remainder();
+    if !tail.is_empty() {
+        // SAFETY: the last word is the caller's up to its 8-byte boundary
+        // (the caller's promise), aligned, accessed atomically only.
+        let cell = unsafe { RawU64::from_ptr(src.add(w * 8).cast()) };
+        // Relaxed: as above.
+        let word = cell.load(Ordering::Relaxed).to_ne_bytes();
+        copy_short(tail, &word);
     }
 }
 

@@ -87,6 +87,32 @@ impl Shared {
         }
     }
 
+    /// Copies a fixed-size field's bytes at `offset` into `dst` as whole
+    /// words ([`Region::load_words`]): every field starts on an 8-byte
+    /// boundary and its padding to the next belongs to no field. A
+    /// length-prefixed field goes through [`Shared::load`] (its header, then
+    /// the bytes it counts).
+    #[inline]
+    pub(super) fn load_field(&self, offset: usize, dst: &mut [u8]) {
+        if let Err(err) = self.region.load_words(offset, dst) {
+            panic!("a field of the layout: {err}");
+        }
+    }
+
+    /// Copies `src` into a field at `offset`: as whole words
+    /// ([`Region::store_words`]) for a fixed-size field (`sized` false),
+    /// else byte-exact ([`Shared::store`]), so that each field is copied
+    /// with one kind of access everywhere.
+    #[inline]
+    pub(super) fn store_field(&self, offset: usize, src: &[u8], sized: bool) {
+        if sized {
+            return self.store(offset, src);
+        }
+        if let Err(err) = self.region.store_words(offset, src) {
+            panic!("a field of the layout: {err}");
+        }
+    }
+
     /// Copies the fields of `slot`'s `area` whose bits are set in `mask`
     /// into row `row` of `columns` (one per field of the area, each `rows`
     /// times the field's size): a length-prefixed field's header and the
@@ -120,7 +146,7 @@ impl Shared {
                     let len = sized_len(dst);
                     self.load(offset + SIZE_HEADER, &mut dst[SIZE_HEADER..len]);
                 } else {
-                    self.load(offset, dst);
+                    self.load_field(offset, dst);
                 }
             }
         }
@@ -226,12 +252,13 @@ impl Exchange {
         let written = (0..fields.len()).filter(|&i| mask & (1 << i) != 0);
         for (i, tensor) in written.zip(tensors) {
             let bytes = tensor.as_bytes();
-            let bytes = if fields[i].is_sized() {
+            let sized = fields[i].is_sized();
+            let bytes = if sized {
                 &bytes[..sized_len(bytes)]
             } else {
                 bytes
             };
-            shared.store(base + offsets[i], bytes);
+            shared.store_field(base + offsets[i], bytes, sized);
         }
     }
 }

@@ -134,7 +134,12 @@ impl Exchange {
                 continue;
             }
             fill_field(schema, field, out, |bytes| {
-                shared.load(shared.layout.field_offset(slot, Area::Input, i), bytes);
+                let offset = shared.layout.field_offset(slot, Area::Input, i);
+                if field.is_sized() {
+                    shared.load(offset, bytes);
+                } else {
+                    shared.load_field(offset, bytes);
+                }
             })
             .map_err(|source| ReadError::Schema {
                 slot,

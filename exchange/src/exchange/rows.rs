@@ -407,9 +407,10 @@ impl Exchange {
         let written = (0..fields.len()).filter(|&i| inputs.mask & (1 << i) != 0);
         for (i, column) in written.zip(&inputs.parts) {
             let n = fields[i].nbytes();
-            shared.store(
+            shared.store_field(
                 shared.layout.field_offset(slot, Area::Input, i),
                 &column[row * n..(row + 1) * n],
+                fields[i].is_sized(),
             );
         }
         Ok(())
