@@ -15,11 +15,13 @@
 //! example is built (in `target/instructions-native/build`, apart from
 //! the usual build) with `RLPOOL_PUBLISH_RUN_US=1000`, so that under
 //! callgrind a worker's runs of results are as long as native ones (up to
-//! 16 CartPoles): the figure to hold against the goal. Only the thread
-//! backend is counted. The process backend's workers are other processes:
-//! `valgrind --tool=callgrind --trace-children=yes` follows them (rustix
-//! goes through libc for that, see the workspace manifest), one output file
-//! per process, which this command does not read yet.
+//! 16 CartPoles): the figure to hold against the goal.
+//!
+//! With `--procs` the process backend is counted: its workers are other
+//! processes (the example re-executed), which `--trace-children=yes`
+//! follows (rustix goes through libc for that, see the workspace
+//! manifest); the calling thread is thread 1 of the first process, every
+//! other thread of every process a worker's.
 //!
 //! The output files stay under `target/instructions/` for
 //! `callgrind_annotate`.
@@ -41,9 +43,11 @@ const LONG: usize = 1200;
 const CALLER_GOAL: f64 = 150.0;
 const WHOLE_GOAL: f64 = 1.3;
 
-/// What one run of the example counted: per thread (callgrind's numbering,
-/// 1 the calling thread), its instructions.
-type Counts = BTreeMap<u32, u64>;
+/// What one run of the example counted: per process and thread
+/// (callgrind's numbering), its instructions. Thread 1 of the first
+/// process (the lowest pid: the others are its children) is the calling
+/// thread.
+type Counts = BTreeMap<(u32, u32), u64>;
 
 /// Runs the counts; `args` are what followed `instructions`.
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
@@ -51,6 +55,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let mut envs = 64usize;
     let mut env = "CartPole-v1".to_string();
     let mut native_runs = false;
+    let mut procs = false;
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         let mut value = |name: &str| {
@@ -70,10 +75,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             }
             "--env" => env = value("--env")?,
             "--native-runs" => native_runs = true,
+            "--procs" => procs = true,
             other => {
                 return Err(format!(
                     "instructions: unknown argument `{other}` (takes --modes m,m,... \
-                     --envs N --env NAME --native-runs)"
+                     --envs N --env NAME --native-runs --procs)"
                 ))
             }
         }
@@ -119,21 +125,27 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).map_err(|err| format!("{}: {err}", dir.display()))?;
         let mut counts = Vec::new();
+        // The raw loop has no pool, so no backend.
+        let backend_procs = procs && mode != "raw";
         for iters in [SHORT, LONG] {
             let mut valgrind = Command::new("valgrind");
             valgrind
                 .current_dir(&dir)
                 .args(["--tool=callgrind", "--separate-threads=yes"])
+                .args(backend_procs.then_some("--trace-children=yes"))
                 .arg(format!(
                     "--callgrind-out-file={}/cg.{iters}.%p",
                     dir.display()
                 ))
                 .arg(&binary)
-                .args([mode.as_str(), &envs.to_string(), &iters.to_string(), &env])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
+                .args([mode.as_str(), &envs.to_string(), &iters.to_string(), &env]);
+            if backend_procs {
+                valgrind.arg("procs");
+            }
+            valgrind.stdout(Stdio::null()).stderr(Stdio::null());
+            let backend = if backend_procs { " procs" } else { "" };
             step(
-                &format!("callgrind: profile_pool {mode} {envs} {iters} {env}"),
+                &format!("callgrind: profile_pool {mode} {envs} {iters} {env}{backend}"),
                 valgrind,
             )?;
             counts.push(read_counts(&dir, iters)?);
@@ -149,8 +161,9 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         .map(|&(_, caller, workers)| caller + workers);
     println!();
     println!(
-        "instructions per env-step, {env} x {envs} (callgrind, {LONG} - {SHORT} iterations{}; \
-         files in {})",
+        "instructions per env-step, {env} x {envs}, {} (callgrind, {LONG} - {SHORT} \
+         iterations{}; files in {})",
+        if procs { "processes" } else { "threads" },
         if native_runs {
             ", runs of results as long as native ones"
         } else {
@@ -178,7 +191,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
 }
 
 /// The counts of the run of `iters` iterations: every callgrind output file
-/// of it in `dir` (one per thread).
+/// of it in `dir` (one per thread of each process).
 fn read_counts(dir: &Path, iters: usize) -> Result<Counts, String> {
     let prefix = format!("cg.{iters}.");
     let mut counts = Counts::new();
@@ -189,8 +202,8 @@ fn read_counts(dir: &Path, iters: usize) -> Result<Counts, String> {
         }
         let text = fs::read_to_string(entry.path())
             .map_err(|err| format!("{}: {err}", entry.path().display()))?;
-        if let Some((thread, total)) = parse_counts(&text) {
-            *counts.entry(thread).or_default() += total;
+        if let Some((pid_thread, total)) = parse_counts(&text) {
+            *counts.entry(pid_thread).or_default() += total;
         }
     }
     if counts.is_empty() {
@@ -202,13 +215,16 @@ fn read_counts(dir: &Path, iters: usize) -> Result<Counts, String> {
     Ok(counts)
 }
 
-/// The thread number and total instructions of one callgrind output file;
-/// `None` for a file without a total (callgrind writes an empty one for
-/// the process itself when threads are separated). A file without a
-/// thread line is thread 1.
-fn parse_counts(text: &str) -> Option<(u32, u64)> {
-    let mut thread = 1;
+/// The process, thread number and total instructions of one callgrind
+/// output file; `None` for a file without a total (callgrind writes an
+/// empty one for the process itself when threads are separated). A file
+/// without a thread line is thread 1, without a pid line process 0.
+fn parse_counts(text: &str) -> Option<((u32, u32), u64)> {
+    let (mut pid, mut thread) = (0, 1);
     for line in text.lines() {
+        if let Some(n) = line.strip_prefix("pid: ") {
+            pid = n.trim().parse().ok()?;
+        }
         if let Some(n) = line.strip_prefix("thread: ") {
             thread = n.trim().parse().ok()?;
         }
@@ -216,7 +232,8 @@ fn parse_counts(text: &str) -> Option<(u32, u64)> {
             .strip_prefix("summary: ")
             .or_else(|| line.strip_prefix("totals: "))
         {
-            return Some((thread, total.split_whitespace().next()?.parse().ok()?));
+            let total = total.split_whitespace().next()?.parse().ok()?;
+            return Some(((pid, thread), total));
         }
     }
     None
@@ -225,10 +242,19 @@ fn parse_counts(text: &str) -> Option<(u32, u64)> {
 /// The calling thread's and the workers' instructions per env-step between
 /// two runs (`steps` env-steps apart).
 fn per_env_step(short: &Counts, long: &Counts, steps: f64) -> (f64, f64) {
-    let caller = |c: &Counts| c.get(&1).copied().unwrap_or(0) as f64;
+    // The first process's thread 1 (keys sort by pid, then thread).
+    let is_caller = |c: &Counts, key: &(u32, u32)| {
+        key.1 == 1 && c.keys().next().is_some_and(|first| first.0 == key.0)
+    };
+    let caller = |c: &Counts| {
+        c.iter()
+            .filter(|(key, _)| is_caller(c, key))
+            .map(|(_, &n)| n as f64)
+            .sum::<f64>()
+    };
     let workers = |c: &Counts| {
         c.iter()
-            .filter(|(&thread, _)| thread != 1)
+            .filter(|(key, _)| !is_caller(c, key))
             .map(|(_, &n)| n as f64)
             .sum::<f64>()
     };
@@ -248,8 +274,11 @@ mod tests {
     fn counts_come_from_the_thread_and_summary_lines() {
         let file = "# callgrind format\nversion: 1\npid: 8513\npart: 1\nthread: 3\n\n\
                     events: Ir\nsummary: 3277418\ntotals: 3277418\n";
-        assert_eq!(parse_counts(file), Some((3, 3_277_418)));
-        assert_eq!(parse_counts("version: 1\nsummary: 12\n"), Some((1, 12)));
+        assert_eq!(parse_counts(file), Some(((8513, 3), 3_277_418)));
+        assert_eq!(
+            parse_counts("version: 1\nsummary: 12\n"),
+            Some(((0, 1), 12))
+        );
         assert_eq!(parse_counts("# callgrind format\nversion: 1\n"), None);
     }
 
@@ -257,8 +286,13 @@ mod tests {
     /// thread and the rest.
     #[test]
     fn per_env_step_is_the_difference_over_the_steps() {
-        let short = Counts::from([(1, 1_000), (2, 500), (3, 500)]);
-        let long = Counts::from([(1, 3_000), (2, 2_500), (3, 1_500)]);
+        let short = Counts::from([((7, 1), 1_000), ((7, 2), 500), ((7, 3), 500)]);
+        let long = Counts::from([((7, 1), 3_000), ((7, 2), 2_500), ((7, 3), 1_500)]);
         assert_eq!(per_env_step(&short, &long, 100.0), (20.0, 30.0));
+        // Worker processes (higher pids): every thread of theirs, thread 1
+        // too, is a worker's.
+        let short = Counts::from([((7, 1), 1_000), ((9, 1), 400), ((9, 2), 100)]);
+        let long = Counts::from([((7, 1), 2_000), ((9, 1), 2_400), ((9, 2), 1_100)]);
+        assert_eq!(per_env_step(&short, &long, 100.0), (10.0, 30.0));
     }
 }

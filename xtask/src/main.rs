@@ -78,13 +78,14 @@ commands:
              the table of current figures in docs/performance.md with the
              date, commit and machine; --smoke: a debug build, a few samples,
              the table printed, nothing written
-  instructions [--modes raw,sync,sync_samr] [--envs 64] [--env CartPole-v1] [--native-runs]
+  instructions [--modes raw,sync,sync_samr] [--envs 64] [--env CartPole-v1] [--native-runs] [--procs]
              issue 17's instruction counts: pool/examples/profile_pool.rs under
              valgrind's callgrind at two iteration counts, the calling thread's
              and the workers' instructions per env-step (the difference over the
              env-steps between), the whole pool over the raw loop; needs valgrind;
              files in target/instructions; --native-runs: built apart with
-             publication runs as long as native ones (target/instructions-native)
+             publication runs as long as native ones (target/instructions-native);
+             --procs: the process backend (callgrind follows the worker processes)
   test-ray [pytest arguments...]
              rlpool.ray on a local two-node Ray cluster (see ray.rs): its own venv in
              target/ray/venv from python/requirements-ray.txt (PyPI, reused), the
