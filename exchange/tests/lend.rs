@@ -4,7 +4,9 @@
 //! slot busy; a lazy view of the last result goes stale, never torn.
 #![cfg(not(loom))]
 
-use exchange::{Area, Exchange, Field, ReadError, Receive, Schema, WriteError, FIRST_COMMAND};
+use exchange::{
+    Area, Exchange, Field, ReadError, Receive, Received, Schema, WriteError, FIRST_COMMAND,
+};
 use tensordict::{DType, Tensor, TensorDict};
 
 fn input_schema() -> Schema {
@@ -67,6 +69,15 @@ fn lend(worker: &Exchange, slot: usize) -> (TensorDict, TensorDict, TensorDict) 
     }
 }
 
+/// The observation column of a received batch.
+fn observation(got: &Received) -> Vec<f32> {
+    got.batch()
+        .tensor("observation")
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+}
+
 fn action(value: i64) -> TensorDict {
     let mut td = TensorDict::new(&[]);
     td.set("action", Tensor::from_vec(&[1], vec![value]).unwrap())
@@ -102,14 +113,7 @@ fn an_env_reads_and_writes_its_slot_in_place() {
         let got = parent.receive(Receive::new()).unwrap();
         assert_eq!(got.slots(), &[1]);
         let a = (10 * round) as f32;
-        assert_eq!(
-            got.batch()
-                .tensor("observation")
-                .unwrap()
-                .to_vec::<f32>()
-                .unwrap(),
-            vec![a, a + 1.0, a + 2.0, a + 3.0]
-        );
+        assert_eq!(observation(&got), vec![a, a + 1.0, a + 2.0, a + 3.0]);
         // The template's value, written at the lend, is published too.
         assert_eq!(
             got.batch()
@@ -213,14 +217,7 @@ fn a_misfit_is_an_error_and_leaves_the_slot_busy_until_the_next_write() {
     parent.post(0, FIRST_COMMAND).unwrap();
     step_in_place(&worker, 0, &input, &mut result);
     let got = parent.receive(Receive::new()).unwrap();
-    assert_eq!(
-        got.batch()
-            .tensor("observation")
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap(),
-        vec![3.0, 4.0, 5.0, 6.0]
-    );
+    assert_eq!(observation(&got), vec![3.0, 4.0, 5.0, 6.0]);
 }
 
 #[test]
