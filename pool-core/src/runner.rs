@@ -172,6 +172,7 @@ impl Runner {
     /// Whether `root` is stale: the last step-and-maybe-reset reset nothing
     /// and [`Runner::defer_root`] is set, so the root of the next step is
     /// `next`'s entries (all of `root`'s keys are there).
+    #[inline]
     pub fn root_is_next(&self) -> bool {
         self.root_is_next
     }
@@ -184,6 +185,7 @@ impl Runner {
     ///
     /// If `next` lacks a key of `root` or holds it with another dtype or
     /// shape (an env that changed its buffers' layout).
+    #[inline]
     pub fn sync_root(&mut self) -> Result<(), tensordict::TensorDictError> {
         if self.root_is_next {
             self.root.fill_from(&self.next)?;

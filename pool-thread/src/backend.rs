@@ -32,7 +32,7 @@ use crate::ThreadError;
 use self::cell::{sync_root, Cell};
 use self::input_rows::InputRows;
 use self::inputs::{Checked, Inputs};
-use self::row_store::RowStore;
+use self::row_store::{RowStore, RowViews};
 use self::worker::Held;
 
 mod cell;
@@ -72,6 +72,9 @@ struct Shared {
     /// (its buffers are views of its rows) or written by the worker that
     /// ran it (`RowStore`). Locked after an env's cell, never before one.
     batch: Option<Mutex<RowStore>>,
+    /// With lent batch rows: their view checks, for a worker to find where
+    /// an env's result is as it runs it (`RowStore::views`).
+    views: Option<RowViews>,
     queue: WorkQueue,
     done: Signal,
     workers: usize,

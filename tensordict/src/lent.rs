@@ -348,13 +348,27 @@ impl SharedBlock {
     }
 }
 
+/// [`LentRows::is_view`] apart from its batch ([`LentRows::view_check`]):
+/// shared by the rows' holders, it gives no access to the rows.
+#[derive(Debug)]
+pub struct ViewCheck(LentRows);
+
+impl ViewCheck {
+    /// Whether `view` is still row `row`'s view as lent
+    /// ([`LentRows::is_view`]).
+    #[inline]
+    pub fn is_view(&self, row: usize, view: &TensorDict) -> bool {
+        self.0.is_view(row, view)
+    }
+}
+
 /// Where each tensor of one lent batch sits in another's
 /// ([`LentRows::leaves_in`]).
 #[derive(Clone, Debug)]
 pub struct LeafMap(Vec<usize>);
 
 /// One leaf of a lent batch.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Column {
     /// Its key in the batch.
     key: NestedKey,
@@ -460,6 +474,20 @@ impl LentRows {
             },
             None,
         )
+    }
+
+    /// What tells whether a tensordict is still one of these rows' views
+    /// ([`LentRows::is_view`]), apart from the batch: for a holder to check
+    /// its own view without the owner's lock. It reaches none of the rows'
+    /// bytes.
+    pub fn view_check(&self) -> ViewCheck {
+        ViewCheck(LentRows {
+            rows: self.rows,
+            template: self.template.clone(),
+            columns: self.columns.clone(),
+            recycled: Recycled::default(),
+            flat: self.flat,
+        })
     }
 
     /// Whether `view` is still row `row`'s view as lent: the same keys and

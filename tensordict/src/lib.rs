@@ -70,7 +70,7 @@ pub use crate::codec::{decode, encode, encode_into, DecodeError};
 pub use crate::dtype::{DType, Element};
 pub use crate::error::TensorDictError;
 pub use crate::key::{KeyLike, KeyParts, NestedKey};
-pub use crate::lent::{LeafMap, LentRows, SharedBlock};
+pub use crate::lent::{LeafMap, LentRows, SharedBlock, ViewCheck};
 pub use crate::non_tensor::{Items, NonTensor};
 pub use crate::stack::{LazyStackedTensorDict, StackedTensorDict};
 pub use crate::tensor::{Shape, Tensor};

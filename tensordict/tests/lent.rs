@@ -53,9 +53,25 @@ proptest! {
         };
         prop_assert!(!has_non_tensor(&td));
         prop_assert_eq!(rows.rows(), td.batch_size()[0]);
+        let check = rows.view_check();
         for (row, view) in views.iter().enumerate() {
             prop_assert_eq!(view, &td.index(row).unwrap());
             prop_assert!(rows.is_view(row, view));
+            // The check apart from the batch agrees: a row's view is no
+            // other row's, and a copy of it is no view.
+            prop_assert!(check.is_view(row, view));
+            // (Rows of no bytes all sit at offset 0: each is every row's.)
+            let has_bytes = view
+                .items(true, true)
+                .iter()
+                .any(|(_, entry)| matches!(entry, Entry::Tensor(t) if t.nbytes() > 0));
+            if row + 1 < rows.rows() && has_bytes {
+                prop_assert!(!check.is_view(row + 1, view) && check.is_view(row + 1, &views[row + 1]));
+            }
+            let copy = td.index(row).unwrap();
+            if has_bytes {
+                prop_assert!(!check.is_view(row, &copy) && !rows.is_view(row, &copy));
+            }
         }
         // SAFETY: one thread: no view is in use during a gather.
         prop_assert_eq!(unsafe { rows.gather(&picked) }, td.gather_rows(&picked).unwrap());

@@ -9,9 +9,10 @@ use pool_core::batch_rows::{NEXT_ROW, ROOT_ROW};
 use pool_core::spin::PUBLISH_RUN_ENVS;
 use pool_core::{BatchRows, Op};
 use smallvec::SmallVec;
-use tensordict::{LeafMap, LentRows, TensorDict};
+use tensordict::{LeafMap, LentRows, TensorDict, ViewCheck};
 
 use super::cell::Cell;
+use super::worker::Ran;
 
 /// Every env's latest result in its row of two `[num_envs, ..]` batches.
 #[derive(Debug)]
@@ -84,6 +85,35 @@ impl RowStore {
         ))
     }
 
+    /// The checks of the lent rows' views, for the envs' workers to find
+    /// their results' flags as they run them ([`RowViews::flags`]);
+    /// `None` for copied rows.
+    pub(super) fn views(&self) -> Option<RowViews> {
+        match self {
+            RowStore::Copied(_) => None,
+            RowStore::Lent(lent) => Some(RowViews {
+                next: lent.next.view_check(),
+                root: lent.root.view_check(),
+                root_in_next: lent.root_in_next.is_some(),
+            }),
+        }
+    }
+
+    /// Publishes a run of results whose flags their workers found
+    /// ([`RowViews::flags`]: every result not failed has them): lent rows
+    /// only. A failed env's rows hold no result.
+    pub(super) fn store_flags(&mut self, held: &[Ran]) {
+        if let RowStore::Lent(lent) = self {
+            for ran in held {
+                lent.flags[ran.env] = if ran.failed {
+                    0
+                } else {
+                    ran.flags.unwrap_or(0)
+                };
+            }
+        }
+    }
+
     /// Whether a root that is its step's entries may stay in the cell
     /// unwritten (`Runner::defer_root`): the store takes it from the
     /// step's row. True unless the rows are lent and a root key is not a
@@ -120,7 +150,7 @@ impl RowStore {
     /// `BatchRows::store_many` does.
     pub(super) fn store_run(
         &mut self,
-        held: &[(usize, bool)],
+        held: &[Ran],
         cells: &[MutexGuard<'_, Cell>],
         root_in_row: &mut [bool],
     ) {
@@ -128,8 +158,9 @@ impl RowStore {
             RowStore::Copied(rows) => return store_copied(rows, held, cells, root_in_row),
             RowStore::Lent(lent) => lent,
         };
-        for ((&(env, failed), cell), in_row_root) in held.iter().zip(cells).zip(root_in_row) {
-            if failed {
+        for ((ran, cell), in_row_root) in held.iter().zip(cells).zip(root_in_row) {
+            let env = ran.env;
+            if ran.failed {
                 lent.flags[env] = 0;
                 continue;
             }
@@ -204,7 +235,7 @@ impl RowStore {
 /// their columns written once (`BatchRows::store_many`).
 fn store_copied(
     rows: &mut BatchRows,
-    held: &[(usize, bool)],
+    held: &[Ran],
     cells: &[MutexGuard<'_, Cell>],
     root_in_row: &mut [bool],
 ) {
@@ -214,7 +245,7 @@ fn store_copied(
     let mut nexts: SmallVec<[&TensorDict; PUBLISH_RUN_ENVS]> = SmallVec::new();
     let mut roots: SmallVec<[&TensorDict; PUBLISH_RUN_ENVS]> = SmallVec::new();
     let mut deferred: SmallVec<[bool; PUBLISH_RUN_ENVS]> = SmallVec::new();
-    for (j, (&(env, failed), cell)) in held.iter().zip(cells).enumerate() {
+    for (j, (&Ran { env, failed, .. }, cell)) in held.iter().zip(cells).enumerate() {
         if failed {
             // None of its rows holds its result.
             rows.mark(env, 0);
@@ -247,4 +278,49 @@ fn in_row(rows: &LentRows, env: usize, buffer: &TensorDict) -> bool {
     // cell is held); no gather reads the row meanwhile (its flags are
     // clear until this publication sets them, under the same lock).
     unsafe { rows.write_row(env, buffer) }.is_ok()
+}
+
+/// The lent rows' view checks apart from the store ([`RowStore::views`]):
+/// what lets a worker find, right after it ran an env (its cell held),
+/// where the env's result is, so that its publication needs neither the
+/// cell nor a look at the buffers.
+#[derive(Debug)]
+pub(super) struct RowViews {
+    next: ViewCheck,
+    root: ViewCheck,
+    /// Whether a deferred root may be taken from the `"next"` row
+    /// (`Lent::root_in_next`).
+    root_in_next: bool,
+}
+
+impl RowViews {
+    /// The flags that [`RowStore::store_run`] would give env `env`'s
+    /// result, `cell` (held, its run over and not failed), when its
+    /// buffers are still its rows' views; `None` otherwise (a buffer the
+    /// env replaced a tensor of, to be copied into its row, or a deferred
+    /// root to bring up to date): its run is then published by
+    /// `store_run`.
+    #[inline]
+    pub(super) fn flags(&self, env: usize, cell: &Cell) -> Option<u8> {
+        let (op, runner) = (cell.op, &cell.runner);
+        let root_is_next = runner.root_is_next();
+        let mut flags = 0;
+        if op != Op::Reset {
+            if !self.next.is_view(env, &runner.next) {
+                return None;
+            }
+            flags |= NEXT_ROW;
+        }
+        if op != Op::Step && root_is_next && self.root_in_next && flags & NEXT_ROW != 0 {
+            flags |= ROOT_ROW | ROOT_IN_NEXT;
+        } else if root_is_next {
+            return None;
+        } else if op != Op::Step {
+            if !self.root.is_view(env, &runner.root) {
+                return None;
+            }
+            flags |= ROOT_ROW;
+        }
+        Some(flags)
+    }
 }

@@ -103,6 +103,7 @@ impl ThreadBackend {
             phases: Phases::new(cells.len()),
             published: cells.iter().map(|_| AtomicU64::new(0)).collect(),
             cells,
+            views: batch.as_ref().and_then(|batch| lock(batch).views()),
             batch,
             queue: WorkQueue::new(workers, cells_len),
             done: Signal::with_max_sleep(RECEIVER_RESCAN),

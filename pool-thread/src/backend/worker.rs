@@ -47,9 +47,8 @@ pub(super) fn worker_loop(shared: &Shared, worker: usize) {
         };
         let job = claim.job();
         timing.start(job.op);
-        let failed = run_only(shared, &job);
+        let ran = run_only(shared, &job);
         timing.ran(&shared.env_nanos);
-        let env = job.env;
         if claim.own {
             current = Some(claim.chunk);
         }
@@ -59,16 +58,26 @@ pub(super) fn worker_loop(shared: &Shared, worker: usize) {
             // Relaxed: a hint for receivers, who read `held` under its lock.
             shared.held_since[worker].store(shared.now() + 1, Ordering::Relaxed);
         }
-        held.push((env, failed));
+        held.push(ran);
         if held.len() >= run {
             publish(shared, worker, &mut held);
         }
     }
 }
 
-/// The results a worker has run but not published: each env with whether
-/// it failed.
-pub(super) type Held = SmallVec<[(usize, bool); PUBLISH_RUN_ENVS]>;
+/// The results a worker has run but not published.
+pub(super) type Held = SmallVec<[Ran; PUBLISH_RUN_ENVS]>;
+
+/// An env that ran, its result not yet published.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Ran {
+    pub(super) env: usize,
+    pub(super) failed: bool,
+    /// Where its result is in the lent batch rows, found as it ran
+    /// (`RowViews::flags`); `None` without lent rows, for a failed env, or
+    /// for a result that its publication must look at in the cell.
+    pub(super) flags: Option<u8>,
+}
 
 /// How many results a worker publishes at once: about `PUBLISH_RUN` of
 /// steps at the recent average step time, at least one, at most
@@ -120,15 +129,24 @@ fn publish(shared: &Shared, worker: usize, held: &mut Held) {
 }
 
 /// Publishes a run of results (cleared after): see [`publish`]; also a
-/// helping receiver's run.
+/// helping receiver's run. A run whose lent rows' flags its workers found
+/// ([`Ran::flags`]) is published without its cells: no one else touches an
+/// env that ran until it is published.
 pub(super) fn publish_run(shared: &Shared, held: &mut Held) {
     if held.is_empty() {
         return;
     }
-    held.sort_unstable_by_key(|&(env, _)| env);
+    let found = shared.views.is_some() && held.iter().all(|ran| ran.failed || ran.flags.is_some());
+    if found {
+        if let Some(batch) = &shared.batch {
+            lock(batch).store_flags(held);
+        }
+        return signal_run(shared, held);
+    }
+    held.sort_unstable_by_key(|ran| ran.env);
     let mut cells: SmallVec<[MutexGuard<'_, Cell>; PUBLISH_RUN_ENVS]> = held
         .iter()
-        .map(|&(env, _)| lock(&shared.cells[env]))
+        .map(|ran| lock(&shared.cells[ran.env]))
         .collect();
     let mut root_in_row: SmallVec<[bool; PUBLISH_RUN_ENVS]> = SmallVec::new();
     root_in_row.extend(held.iter().map(|_| false));
@@ -138,20 +156,26 @@ pub(super) fn publish_run(shared: &Shared, held: &mut Held) {
     // A deferred root that is not in its row is brought up to date in its
     // cell now, so that a failure to (an env that changed its layout) is
     // this env's failure, reported like any other.
-    for ((held, cell), &in_row) in held.iter_mut().zip(&mut cells).zip(&root_in_row) {
-        if !in_row && !held.1 && sync_root(held.0, cell) {
-            held.1 = true;
+    for ((ran, cell), &in_row) in held.iter_mut().zip(&mut cells).zip(&root_in_row) {
+        if !in_row && !ran.failed && cell.runner.root_is_next() && sync_root(ran.env, cell) {
+            ran.failed = true;
         }
     }
+    signal_run(shared, held);
+}
+
+/// The end of [`publish_run`]: each result's generation and phase (cleared
+/// after), then one count per result on the receivers' signal.
+fn signal_run(shared: &Shared, held: &mut Held) {
     let generation = shared.done.generation();
-    for &(env, failed) in held.iter() {
+    for ran in held.iter() {
         // Relaxed: read only after the Acquire of DONE below.
-        shared.published[env].store(generation, Ordering::Relaxed);
-        // The result written under the cell's lock (and into the batch
-        // rows) is visible to whoever sees DONE.
-        shared.phases.publish(env, failed);
+        shared.published[ran.env].store(generation, Ordering::Relaxed);
+        // The result, written under the cell's lock (and into the batch
+        // rows) by this thread or by the worker whose `held` this thread
+        // locked after it, is visible to whoever sees DONE.
+        shared.phases.publish(ran.env, ran.failed);
     }
-    drop(cells);
     let count = held.len() as u64;
     held.clear();
     // One count per result; a sleeping receiver is woken only once the
@@ -160,10 +184,20 @@ pub(super) fn publish_run(shared: &Shared, held: &mut Held) {
 }
 
 /// Runs one env (its input copied in first) under its cell's lock, for a
-/// worker's run; returns whether it failed. Publishing is [`publish`]'s.
-pub(super) fn run_only(shared: &Shared, job: &Job<'_>) -> bool {
+/// worker's run, and finds where its result is in lent batch rows.
+/// Publishing is [`publish`]'s.
+pub(super) fn run_only(shared: &Shared, job: &Job<'_>) -> Ran {
     let mut cell = lock(&shared.cells[job.env]);
-    prepare(job, &mut cell) || run_cell(job.env, &mut cell)
+    let failed = prepare(job, &mut cell) || run_cell(job.env, &mut cell);
+    let flags = match &shared.views {
+        Some(views) if !failed => views.flags(job.env, &cell),
+        _ => None,
+    };
+    Ran {
+        env: job.env,
+        failed,
+        flags,
+    }
 }
 
 /// The times of a run of env steps, folded into `Shared::env_nanos` once
