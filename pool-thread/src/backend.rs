@@ -212,10 +212,14 @@ impl ThreadBackend {
                 .iter()
                 .enumerate()
                 .all(|(j, &(env, row))| env == j && row == Some(j));
+        // A send to every env claims them first (the claim is the check
+        // that each is idle), and gives them back if an input is wrong.
+        let mut claimed = None;
         if every_env {
-            if let Some(env) = (0..jobs.len()).find(|&env| !self.shared.phases.is_idle(env)) {
-                return Err(ThreadError::Busy { env });
-            }
+            claimed = Some(
+                input_rows::claim(&self.shared.phases, jobs)
+                    .map_err(|env| ThreadError::Busy { env })?,
+            );
         } else {
             // One bit per env addressed.
             let mut addressed = vec![0u64; self.num_envs().div_ceil(64)];
@@ -247,35 +251,20 @@ impl ThreadBackend {
             } else {
                 jobs
             };
-        for &(env, row) in to_check {
-            match src {
-                // Only state entries travel into a reset, when the env has any.
-                _ if !takes_input(env) => {}
-                Some(src) => self
-                    .inputs
-                    .check(env, src, row, rows, &mut checked)
-                    .map_err(|source| ThreadError::Input {
-                        env,
-                        name: self.names[env].clone(),
-                        source: Box::new(source),
-                    })?,
-                None if op == Op::Reset => {}
-                None => {
-                    return Err(ThreadError::Input {
-                        env,
-                        name: self.names[env].clone(),
-                        source: Box::new(tensordict::TensorDictError::KeyNotFound {
-                            key: "action".into(),
-                            available: Vec::new(),
-                        }),
-                    })
-                }
+        let checked_all = self.check_inputs(op, to_check, src, rows, &mut checked);
+        if let Err(err) = checked_all {
+            if let Some(claimed) = claimed {
+                claimed.give_back();
             }
+            return Err(err);
         }
         // The envs become this send's (queued), or none does if another
         // send took one meanwhile.
-        let claimed = input_rows::claim(&self.shared.phases, jobs)
-            .map_err(|env| ThreadError::Busy { env })?;
+        let claimed = match claimed {
+            Some(claimed) => claimed,
+            None => input_rows::claim(&self.shared.phases, jobs)
+                .map_err(|env| ThreadError::Busy { env })?,
+        };
         if let (Some(input_rows), Some(src)) = (&self.input_rows, src) {
             // The inputs straight into the rows the envs read (checked
             // above, so this cannot fail but for a bug).
@@ -302,6 +291,44 @@ impl ThreadBackend {
             self.shared
                 .queue
                 .push_jobs(op, shared_src, jobs, takes_input);
+        }
+        Ok(())
+    }
+
+    /// Checks the inputs of `jobs` (see [`ThreadBackend::send`]): `rows` is
+    /// `src`'s first dim; `checked` the kinds of input checked so far.
+    fn check_inputs(
+        &self,
+        op: Op,
+        jobs: &[(usize, Option<usize>)],
+        src: Option<&TensorDict>,
+        rows: Option<usize>,
+        checked: &mut Checked,
+    ) -> Result<(), ThreadError> {
+        for &(env, row) in jobs {
+            match src {
+                // Only state entries travel into a reset, when the env has any.
+                _ if op == Op::Reset && !self.inputs.reset_takes_input[env] => {}
+                Some(src) => self
+                    .inputs
+                    .check(env, src, row, rows, checked)
+                    .map_err(|source| ThreadError::Input {
+                        env,
+                        name: self.names[env].clone(),
+                        source: Box::new(source),
+                    })?,
+                None if op == Op::Reset => {}
+                None => {
+                    return Err(ThreadError::Input {
+                        env,
+                        name: self.names[env].clone(),
+                        source: Box::new(tensordict::TensorDictError::KeyNotFound {
+                            key: "action".into(),
+                            available: Vec::new(),
+                        }),
+                    })
+                }
+            }
         }
         Ok(())
     }

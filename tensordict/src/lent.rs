@@ -705,15 +705,15 @@ impl LentRows {
         src: &TensorDict,
         picks: &[(usize, Option<usize>)],
     ) -> Result<(), TensorDictError> {
-        assert!(
-            picks.iter().all(|&(row, _)| row < self.rows),
-            "a row out of range"
-        );
         let every = picks.len() == self.rows
             && picks
                 .iter()
                 .enumerate()
                 .all(|(j, &(row, from))| row == j && from == Some(j));
+        assert!(
+            every || picks.iter().all(|&(row, _)| row < self.rows),
+            "a row out of range"
+        );
         for column in &self.columns {
             let t = match src.get(&column.key) {
                 Some(Entry::Tensor(t)) => t,
@@ -743,10 +743,17 @@ impl LentRows {
                 Some(from) => src_rows.is_some_and(|rows| from < rows),
                 None => is_row,
             };
-            if let Some(&(row, from)) = picks
-                .iter()
-                .find(|&&(_, from)| t.dtype() != column.dtype || !fits(from))
-            {
+            // Every row in order fits when the last one does (one check,
+            // not one per row).
+            let all_fit = every && t.dtype() == column.dtype && fits(Some(self.rows - 1));
+            let misfit = if all_fit {
+                None
+            } else {
+                picks
+                    .iter()
+                    .find(|&&(_, from)| t.dtype() != column.dtype || !fits(from))
+            };
+            if let Some(&(row, from)) = misfit {
                 return Err(row_mismatch(
                     column.key.clone(),
                     row,

@@ -42,6 +42,16 @@ pub(super) fn claim<'a>(
     Ok(Claimed { phases, jobs })
 }
 
+impl Claimed<'_> {
+    /// Gives the claimed envs back (idle): a send that found a wrong input
+    /// after it claimed them.
+    pub(super) fn give_back(self) {
+        for &(env, _) in self.jobs {
+            self.phases.unclaim(env);
+        }
+    }
+}
+
 use super::cell::Cell;
 
 /// The envs' input rows ([`InputRows`]'s module).

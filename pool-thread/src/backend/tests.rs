@@ -225,8 +225,16 @@ fn a_send_to_every_env_is_checked_as_env_by_env() {
         Err(ThreadError::Input { env: 0, .. }) => {}
         other => panic!("expected env 0's missing action, got {other:?}"),
     }
+    assert!(idle(&backend), "a failed send queues nothing");
 
     let good = actions(3, tensordict::Tensor::full(&[3, 1], 1i64));
+    backend.send(Op::Step, &every, Some(&good)).unwrap();
+    // Envs sent to (queued, running or done) are busy to a send to every env.
+    match backend.send(Op::Step, &every, Some(&good)) {
+        Err(ThreadError::Busy { env: 0 }) => {}
+        other => panic!("expected env 0 busy, got {other:?}"),
+    }
+    collect(&backend, 3);
     backend.send(Op::Step, &every, Some(&good)).unwrap();
     collect(&backend, 3);
 }
