@@ -82,7 +82,8 @@ commands:
              issue 17's instruction counts: pool/examples/profile_pool.rs under
              valgrind's callgrind at two iteration counts, the calling thread's
              and the workers' instructions per env-step (the difference over the
-             env-steps between), the whole pool over the raw loop; needs valgrind;
+             env-steps between), the calling thread's outside of helping, the
+             whole pool over the raw loop; needs valgrind;
              files in target/instructions; --native-runs: built apart with
              publication runs as long as native ones (target/instructions-native);
              --procs: the process backend (callgrind follows the worker processes)
