@@ -199,11 +199,15 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// The counts of the run of `iters` iterations: every callgrind output file
-/// of it in `dir` (one per thread of each process).
-fn read_counts(dir: &Path, iters: usize) -> Result<Counts, String> {
+/// A callgrind output file, its process and thread, and its total.
+type RunFile = (PathBuf, (u32, u32), u64);
+
+/// Every callgrind output file of the run of `iters` iterations in `dir`
+/// (one per thread of each process) with its process, thread and total
+/// ([`parse_counts`]); files without a total are left out.
+fn run_files(dir: &Path, iters: usize) -> Result<Vec<RunFile>, String> {
     let prefix = format!("cg.{iters}.");
-    let mut counts = Counts::new();
+    let mut files = Vec::new();
     let entries = fs::read_dir(dir).map_err(|err| format!("{}: {err}", dir.display()))?;
     for entry in entries.flatten() {
         if !entry.file_name().to_string_lossy().starts_with(&prefix) {
@@ -212,8 +216,18 @@ fn read_counts(dir: &Path, iters: usize) -> Result<Counts, String> {
         let text = fs::read_to_string(entry.path())
             .map_err(|err| format!("{}: {err}", entry.path().display()))?;
         if let Some((pid_thread, total)) = parse_counts(&text) {
-            *counts.entry(pid_thread).or_default() += total;
+            files.push((entry.path(), pid_thread, total));
         }
+    }
+    Ok(files)
+}
+
+/// The counts of the run of `iters` iterations: every callgrind output file
+/// of it in `dir` (one per thread of each process).
+fn read_counts(dir: &Path, iters: usize) -> Result<Counts, String> {
+    let mut counts = Counts::new();
+    for (_, pid_thread, total) in run_files(dir, iters)? {
+        *counts.entry(pid_thread).or_default() += total;
     }
     if counts.is_empty() {
         return Err(format!(
@@ -229,20 +243,11 @@ fn read_counts(dir: &Path, iters: usize) -> Result<Counts, String> {
 /// inclusive cost of `ThreadBackend::help` in its file, as
 /// `callgrind_annotate` gives it; 0 for a thread that never helped.
 fn caller_helping(dir: &Path, iters: usize) -> Result<u64, String> {
-    let prefix = format!("cg.{iters}.");
-    let mut files: Vec<(u32, PathBuf)> = Vec::new();
-    let entries = fs::read_dir(dir).map_err(|err| format!("{}: {err}", dir.display()))?;
-    for entry in entries.flatten() {
-        if !entry.file_name().to_string_lossy().starts_with(&prefix) {
-            continue;
-        }
-        let text = fs::read_to_string(entry.path())
-            .map_err(|err| format!("{}: {err}", entry.path().display()))?;
-        if let Some(((pid, 1), _)) = parse_counts(&text) {
-            files.push((pid, entry.path()));
-        }
-    }
-    let Some((_, file)) = files.into_iter().min_by_key(|(pid, _)| *pid) else {
+    let caller = run_files(dir, iters)?
+        .into_iter()
+        .filter(|(_, (_, thread), _)| *thread == 1)
+        .min_by_key(|(_, (pid, _), _)| *pid);
+    let Some((file, ..)) = caller else {
         return Ok(0);
     };
     // Run in the files' directory on the bare name: given a path elsewhere,
