@@ -119,9 +119,10 @@ fn nanos(d: Duration) -> u64 {
 }
 
 /// Publishes worker `worker`'s held results (under the lock of its
-/// `held`): their cells locked in ascending env order, their results
-/// copied into the batch rows under one lock, then each published (its
-/// phase), then one count per result on the receivers' signal.
+/// `held`): their flags marked in the lent rows, or their cells locked in
+/// ascending env order and their results copied into the batch rows, under
+/// one lock; then each published (its phase), then one count per result on
+/// the receivers' signal ([`publish_run`]).
 fn publish(shared: &Shared, worker: usize, held: &mut Held) {
     publish_run(shared, held);
     // Relaxed: a hint (see `Shared::held_since`).
