@@ -164,23 +164,15 @@ impl RowStore {
                 lent.flags[env] = 0;
                 continue;
             }
-            let (op, runner) = (cell.op, &cell.runner);
-            let root_is_next = runner.root_is_next();
-            let mut flags = 0;
-            if op != Op::Reset && in_row(&lent.next, env, &runner.next) {
-                flags |= NEXT_ROW;
-            }
-            // A deferred root is its step's result: in the `"next"` row,
-            // if that holds the step.
-            *in_row_root = op != Op::Step
-                && root_is_next
-                && lent.root_in_next.is_some()
-                && flags & NEXT_ROW != 0;
-            if *in_row_root {
-                flags |= ROOT_ROW | ROOT_IN_NEXT;
-            } else if op != Op::Step && !root_is_next && in_row(&lent.root, env, &runner.root) {
-                flags |= ROOT_ROW;
-            }
+            let runner = &cell.runner;
+            let (flags, deferred_in_row) = lent_flags(
+                cell.op,
+                runner.root_is_next(),
+                lent.root_in_next.is_some(),
+                || in_row(&lent.next, env, &runner.next),
+                || in_row(&lent.root, env, &runner.root),
+            );
+            *in_row_root = deferred_in_row;
             lent.flags[env] = flags;
         }
     }
@@ -302,25 +294,51 @@ impl RowViews {
     /// `store_run`.
     #[inline]
     pub(super) fn flags(&self, env: usize, cell: &Cell) -> Option<u8> {
-        let (op, runner) = (cell.op, &cell.runner);
-        let root_is_next = runner.root_is_next();
-        let mut flags = 0;
-        if op != Op::Reset {
-            if !self.next.is_view(env, &runner.next) {
-                return None;
-            }
-            flags |= NEXT_ROW;
-        }
-        if op != Op::Step && root_is_next && self.root_in_next && flags & NEXT_ROW != 0 {
-            flags |= ROOT_ROW | ROOT_IN_NEXT;
-        } else if root_is_next {
-            return None;
-        } else if op != Op::Step {
-            if !self.root.is_view(env, &runner.root) {
-                return None;
-            }
-            flags |= ROOT_ROW;
-        }
-        Some(flags)
+        let runner = &cell.runner;
+        // Whether every buffer asked about is its rows' view.
+        let views = std::cell::Cell::new(true);
+        let is_view = |check: &ViewCheck, buffer: &TensorDict| {
+            let view = check.is_view(env, buffer);
+            views.set(views.get() && view);
+            view
+        };
+        let (flags, deferred_in_row) = lent_flags(
+            cell.op,
+            runner.root_is_next(),
+            self.root_in_next,
+            || is_view(&self.next, &runner.next),
+            || is_view(&self.root, &runner.root),
+        );
+        let root_current = deferred_in_row || !runner.root_is_next();
+        (views.get() && root_current).then_some(flags)
     }
+}
+
+/// The flags of a lent env's result after `op`, one rule for
+/// [`RowStore::store_run`] and [`RowViews::flags`]: `next_in_row` and
+/// `root_in_row` tell whether its `"next"` and root buffers are in their
+/// rows, asked only for the buffers `op` wrote (the root only when it is
+/// not deferred); also whether its deferred root is in the `"next"` row
+/// (`root_in_next`: the rows allow it), else its cell brings it up to date.
+#[inline]
+fn lent_flags(
+    op: Op,
+    root_is_next: bool,
+    root_in_next: bool,
+    next_in_row: impl FnOnce() -> bool,
+    root_in_row: impl FnOnce() -> bool,
+) -> (u8, bool) {
+    let mut flags = 0;
+    if op != Op::Reset && next_in_row() {
+        flags |= NEXT_ROW;
+    }
+    // A deferred root is its step's result: in the `"next"` row, if that
+    // holds the step.
+    let deferred_in_row = op != Op::Step && root_is_next && root_in_next && flags & NEXT_ROW != 0;
+    if deferred_in_row {
+        flags |= ROOT_ROW | ROOT_IN_NEXT;
+    } else if op != Op::Step && !root_is_next && root_in_row() {
+        flags |= ROOT_ROW;
+    }
+    (flags, deferred_in_row)
 }
