@@ -10,6 +10,12 @@
 //! step; worker threads, default one per core, or `procs` for worker
 //! processes with the shm exchange, one per core). Prints the wall-clock
 //! time per env-step too.
+//!
+//! `split` is no pool but the bound of any: the raw loop's envs in two
+//! halves, one stepped by the calling thread and one by a second thread,
+//! the two meeting once per round at a spinning barrier (no queue, no
+//! lock, no sleep): what two threads on this machine can do with one
+//! hand-off per batch each way.
 
 use std::time::Instant;
 
@@ -80,6 +86,11 @@ fn main() {
             }
             steps = iters * n;
         }
+        "split" => {
+            steps = iters * n;
+            start = Instant::now();
+            split(name, n, iters);
+        }
         "sync" => {
             let pool = pool_of(name, n, workers);
             let td = actions(n);
@@ -131,11 +142,41 @@ fn main() {
             }
             steps = iters * half;
         }
-        other => panic!("unknown mode {other:?}: raw, sync, sync_samr, async or async_step"),
+        other => {
+            panic!("unknown mode {other:?}: raw, split, sync, sync_samr, async or async_step")
+        }
     }
     let elapsed = start.elapsed();
     println!(
         "{mode} {name} x{n}: {iters} iterations, {:.1} ns per env-step",
         elapsed.as_nanos() as f64 / steps as f64
     );
+}
+
+/// The `split` mode: `iters` rounds of `n` envs, half on this thread and
+/// half on a helper, which spins on the round counter and answers with its
+/// own (both threads spin: this is the cheapest hand-off there is).
+fn split(name: &str, n: usize, iters: usize) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let mut mine = RawLoop::new(name, &kwargs(name), n - n / 2);
+    let mut theirs = RawLoop::new(name, &kwargs(name), n / 2);
+    let (round, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for i in 1..=iters {
+                while round.load(Ordering::Acquire) < i {
+                    std::hint::spin_loop();
+                }
+                theirs.round();
+                done.store(i, Ordering::Release);
+            }
+        });
+        for i in 1..=iters {
+            round.store(i, Ordering::Release);
+            mine.round();
+            while done.load(Ordering::Acquire) < i {
+                std::hint::spin_loop();
+            }
+        }
+    });
 }
