@@ -51,22 +51,56 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
-/// Entries sorted by key, each key once.
-#[derive(Clone, Debug, PartialEq, Default)]
-pub(crate) struct Entries(Vec<(Name, Entry)>);
+/// Entries sorted by key, each key once, and their stamp.
+///
+/// The stamp is what makes [`crate::LentRows::is_view`] one comparison: it
+/// is nonzero only on a lent row's view as made (`LentRows::lend` sets it,
+/// unique to the row), and every method here that gives write access to an
+/// entry, or adds, replaces or removes one, sets it to zero first, but
+/// [`Entries::at_mut_in_place`], which only a tensor's in-place writes go
+/// through. A level below is reached for writing only through its
+/// parent's entry, so a change anywhere in a view zeroes the view's own
+/// stamp. A clone starts at zero (its tensors are copies of the rows).
+#[derive(Default)]
+pub(crate) struct Entries {
+    list: Vec<(Name, Entry)>,
+    stamp: u64,
+}
+
+impl Clone for Entries {
+    fn clone(&self) -> Entries {
+        Entries {
+            list: self.list.clone(),
+            stamp: 0,
+        }
+    }
+}
+
+impl PartialEq for Entries {
+    /// The entries alone: the stamp is bookkeeping.
+    fn eq(&self, other: &Entries) -> bool {
+        self.list == other.list
+    }
+}
+
+impl std::fmt::Debug for Entries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Entries").field(&self.list).finish()
+    }
+}
 
 impl Entries {
     /// Where `key` is (`Ok`), or where it would be inserted (`Err`).
     pub(crate) fn position(&self, key: &str) -> Result<usize, usize> {
-        if self.0.len() <= LINEAR_SCAN_MAX {
-            for (i, (k, _)) in self.0.iter().enumerate() {
+        if self.list.len() <= LINEAR_SCAN_MAX {
+            for (i, (k, _)) in self.list.iter().enumerate() {
                 if same_name(k, key) {
                     return Ok(i);
                 }
             }
-            Err(self.0.partition_point(|(k, _)| &**k < key))
+            Err(self.list.partition_point(|(k, _)| &**k < key))
         } else {
-            self.0.binary_search_by(|(k, _)| (**k).cmp(key))
+            self.list.binary_search_by(|(k, _)| (**k).cmp(key))
         }
     }
 
@@ -74,7 +108,7 @@ impl Entries {
     /// is when two sorted levels are walked side by side (one has the
     /// other's keys, or a few more).
     pub(crate) fn position_near(&self, key: &str, hint: usize) -> Option<usize> {
-        if hint < self.0.len() && same_name(&self.0[hint].0, key) {
+        if hint < self.list.len() && same_name(&self.list[hint].0, key) {
             Some(hint)
         } else {
             self.position(key).ok()
@@ -88,69 +122,88 @@ impl Entries {
     /// `at` its position, so that the next look here is a hit.
     #[inline]
     pub(crate) fn find(&self, key: &mut Name, at: &mut usize) -> Option<usize> {
-        if let Some((name, _)) = self.0.get(*at) {
+        if let Some((name, _)) = self.list.get(*at) {
             if Arc::ptr_eq(name, key) {
                 return Some(*at);
             }
         }
         let i = self.position(key).ok()?;
-        *key = Arc::clone(&self.0[i].0);
+        *key = Arc::clone(&self.list[i].0);
         *at = i;
         Some(i)
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.0.len()
+        self.list.len()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.list.is_empty()
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<&Entry> {
-        self.position(key).ok().map(|i| &self.0[i].1)
+        self.position(key).ok().map(|i| &self.list[i].1)
     }
 
     pub(crate) fn get_mut(&mut self, key: &str) -> Option<&mut Entry> {
+        self.stamp = 0;
         match self.position(key) {
-            Ok(i) => Some(&mut self.0[i].1),
+            Ok(i) => Some(&mut self.list[i].1),
             Err(_) => None,
         }
     }
 
     /// The entry at position `i` (from [`Entries::position`]).
     pub(crate) fn at(&self, i: usize) -> &Entry {
-        &self.0[i].1
+        &self.list[i].1
     }
 
     /// The keys and entries, in order (for loops that zip several).
     pub(crate) fn as_slice(&self) -> &[(Name, Entry)] {
-        &self.0
+        &self.list
     }
 
     /// The key and entry at position `i`.
     pub(crate) fn at_named(&self, i: usize) -> (&str, &Entry) {
-        let (name, entry) = &self.0[i];
+        let (name, entry) = &self.list[i];
         (name, entry)
     }
 
     /// The key and entry at position `i`, the entry writable.
     pub(crate) fn at_named_mut(&mut self, i: usize) -> (&str, &mut Entry) {
-        let (name, entry) = &mut self.0[i];
+        self.stamp = 0;
+        let (name, entry) = &mut self.list[i];
         (name, entry)
     }
 
-    /// The entry at position `i`, writable.
-    pub(crate) fn at_mut(&mut self, i: usize) -> &mut Entry {
-        &mut self.0[i].1
+    /// The entry at position `i`, writable, the stamp kept: for writing a
+    /// tensor's elements in place ([`crate::TensorMut`], which cannot
+    /// replace the tensor), or for walking down to one; for anything else,
+    /// [`Entries::at_named_mut`].
+    #[inline]
+    pub(crate) fn at_mut_in_place(&mut self, i: usize) -> &mut Entry {
+        &mut self.list[i].1
+    }
+
+    /// The stamp (see [`Entries`]): nonzero on a lent row's view that no
+    /// entry of was replaced, added or removed since it was made.
+    #[inline]
+    pub(crate) fn stamp(&self) -> u64 {
+        self.stamp
+    }
+
+    /// Stamps a lent row's view as made (`LentRows::lend`).
+    pub(crate) fn set_stamp(&mut self, stamp: u64) {
+        self.stamp = stamp;
     }
 
     /// Inserts or replaces; returns the replaced entry.
     pub(crate) fn insert(&mut self, key: Name, entry: Entry) -> Option<Entry> {
+        self.stamp = 0;
         match self.position(&key) {
-            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, entry)),
+            Ok(i) => Some(std::mem::replace(&mut self.list[i].1, entry)),
             Err(i) => {
-                self.0.insert(i, (key, entry));
+                self.list.insert(i, (key, entry));
                 None
             }
         }
@@ -162,45 +215,52 @@ impl Entries {
         key: &str,
         make: impl FnOnce() -> Entry,
     ) -> &mut Entry {
+        self.stamp = 0;
         let i = match self.position(key) {
             Ok(i) => i,
             Err(i) => {
-                self.0.insert(i, (Name::from(key), make()));
+                self.list.insert(i, (Name::from(key), make()));
                 i
             }
         };
-        &mut self.0[i].1
+        &mut self.list[i].1
     }
 
     pub(crate) fn remove(&mut self, key: &str) -> Option<Entry> {
-        self.position(key).ok().map(|i| self.0.remove(i).1)
+        self.stamp = 0;
+        self.position(key).ok().map(|i| self.list.remove(i).1)
     }
 
     /// Appends an entry whose key sorts after every key present (for
     /// building a level in order, as indexing does).
     pub(crate) fn push_sorted(&mut self, key: Name, entry: Entry) {
-        debug_assert!(self.0.last().is_none_or(|(k, _)| *k < key));
-        self.0.push((key, entry));
+        self.stamp = 0;
+        debug_assert!(self.list.last().is_none_or(|(k, _)| *k < key));
+        self.list.push((key, entry));
     }
 
     /// An empty level with room for `n` entries.
     pub(crate) fn with_capacity(n: usize) -> Entries {
-        Entries(Vec::with_capacity(n))
+        Entries {
+            list: Vec::with_capacity(n),
+            stamp: 0,
+        }
     }
 
     /// Entries in key order, mutably.
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&Name, &mut Entry)> {
-        self.0.iter_mut().map(|(k, v)| (&*k, v))
+        self.stamp = 0;
+        self.list.iter_mut().map(|(k, v)| (&*k, v))
     }
 
     /// Entries in key order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&Name, &Entry)> {
-        self.0.iter().map(|(k, v)| (k, v))
+        self.list.iter().map(|(k, v)| (k, v))
     }
 
     /// Keys in order.
     pub(crate) fn keys(&self) -> impl Iterator<Item = &Name> {
-        self.0.iter().map(|(k, _)| k)
+        self.list.iter().map(|(k, _)| k)
     }
 }
 
@@ -225,7 +285,7 @@ impl<'a> IntoIterator for &'a Entries {
         fn(&'a (Name, Entry)) -> (&'a Name, &'a Entry),
     >;
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter().map(|(k, v)| (k, v))
+        self.list.iter().map(|(k, v)| (k, v))
     }
 }
 

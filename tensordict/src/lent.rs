@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 
 use crate::entries::{same_name, Entries};
 use crate::rows::{row_mismatch, same_shape};
-use crate::tensor::Recycled;
+use crate::tensor::{shape_with_first, Recycled};
 use crate::{DType, Entry, NestedKey, Shape, Tensor, TensorDict, TensorDictError};
 
 /// The bytes of one leaf of a lent batch, every row: written through its
@@ -423,7 +423,16 @@ pub struct LentRows {
     /// Whether the batch has no sub-dict: its tensors are its entries, in
     /// order (a quicker [`LentRows::is_view`]).
     flat: bool,
+    /// Row `r`'s view was stamped `stamp_base + r` when made (unique to it
+    /// among all lent rows: `NEXT_STAMP`); it keeps that stamp until an
+    /// entry of it is replaced, added or removed (`Entries`).
+    stamp_base: u64,
 }
+
+/// The stamp of the next lent row's view: one counter for the process, so
+/// that no two views share a stamp (one lent to an env and swapped into
+/// another's buffer is told apart). Zero is never a view's.
+static NEXT_STAMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl LentRows {
     /// Lends the rows of `batch` (a copy of it): the lent batch and, per row,
@@ -445,8 +454,16 @@ impl LentRows {
             flat: batch
                 .iter()
                 .all(|(_, entry)| matches!(entry, Entry::Tensor(_))),
+            // Relaxed: a unique number is all that is asked of it.
+            stamp_base: NEXT_STAMP.fetch_add(rows as u64, std::sync::atomic::Ordering::Relaxed),
         };
-        let views = (0..rows).map(|row| lent.view(row)).collect();
+        let views = (0..rows)
+            .map(|row| {
+                let mut view = lent.view(row);
+                view.entries_mut().set_stamp(lent.stamp_of(row));
+                view
+            })
+            .collect();
         Some((lent, views))
     }
 
@@ -487,16 +504,32 @@ impl LentRows {
             columns: self.columns.clone(),
             recycled: Recycled::default(),
             flat: self.flat,
+            stamp_base: self.stamp_base,
         })
     }
 
+    /// The stamp of row `row`'s view (see `LentRows::stamp_base`).
+    fn stamp_of(&self, row: usize) -> u64 {
+        self.stamp_base + row as u64
+    }
+
     /// Whether `view` is still row `row`'s view as lent: the same keys and
-    /// nesting, every tensor the row's own (its holder replaced none). A
-    /// pointer comparison per tensor.
+    /// nesting, every tensor the row's own (its holder replaced none). One
+    /// comparison while no entry of it was replaced, added or removed
+    /// since it was lent (its writes of tensors in place keep it so), else
+    /// a pointer comparison per tensor.
     pub fn is_view(&self, row: usize, view: &TensorDict) -> bool {
         if row >= self.rows {
             return false;
         }
+        // The view as made, nothing replaced since: one comparison (a
+        // view's stamp is never zero, see `Entries`).
+        view.entries().stamp() == self.stamp_of(row) || self.is_view_walk(row, view)
+    }
+
+    /// [`LentRows::is_view`] by walking the view: a pointer comparison per
+    /// tensor (`row` in range).
+    fn is_view_walk(&self, row: usize, view: &TensorDict) -> bool {
         if self.flat {
             // Entry `i` is column `i`.
             // Slices zipped: one bounds check for the loop, not per entry.
@@ -603,19 +636,18 @@ impl LentRows {
         // most rows come from, then the other rows one by one; otherwise
         // each row from its batch.
         let bulk_other = others * 2 > rows.len();
-        let parts: SmallVec<[(DType, Shape); 8]> = self
-            .columns
-            .iter()
-            .map(|column| {
-                let mut shape = Shape::with_capacity(column.row_shape.len() + 1);
-                shape.push(rows.len());
-                shape.extend_from_slice(&column.row_shape);
-                (column.dtype, shape)
-            })
-            .collect();
+        // Pushed one by one: `collect` goes through `SmallVec`'s generic
+        // `Extend`, several times the instructions.
+        let mut parts: SmallVec<[(DType, Shape); 8]> = SmallVec::new();
+        for column in &self.columns {
+            parts.push((
+                column.dtype,
+                shape_with_first(rows.len(), &column.row_shape),
+            ));
+        }
         // One storage for the batch's tensors: one allocation per gather.
         let (columns, total) = (&self.columns, self.rows);
-        let tensors = Tensor::packed(&parts, &mut self.recycled, |leaf, bytes| {
+        let tensors = Tensor::packed(parts, &mut self.recycled, |leaf, bytes| {
             let column = &columns[leaf];
             let n = column.row_bytes;
             let block_of = |other: bool| match or {
@@ -967,6 +999,98 @@ fn write_at(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch of two rows with a sub-dict, lent: its rows and views.
+    fn lent_pair() -> (LentRows, Vec<TensorDict>) {
+        let mut batch = TensorDict::new(&[2]);
+        batch
+            .set("obs", Tensor::zeros(DType::F32, &[2, 3]))
+            .unwrap();
+        batch
+            .set("done", Tensor::zeros(DType::Bool, &[2, 1]))
+            .unwrap();
+        batch
+            .set(("sub", "x"), Tensor::zeros(DType::I64, &[2, 1]))
+            .unwrap();
+        LentRows::lend(&batch).unwrap()
+    }
+
+    /// A view's stamp answers `is_view` as the walk does: kept by writes
+    /// of its tensors in place, lost by anything that could replace one
+    /// (then the walk answers, still a view if nothing was replaced).
+    #[test]
+    fn a_view_keeps_its_stamp_until_an_entry_may_have_been_replaced() {
+        type Change = fn(&mut Vec<TensorDict>);
+        let in_place: [(&str, Change); 3] = [
+            ("tensor_mut", |v| {
+                v[0].tensor_mut("obs")
+                    .unwrap()
+                    .as_mut_slice::<f32>()
+                    .unwrap()
+                    .fill(1.0);
+            }),
+            ("tensor_mut of a sub-dict's tensor", |v| {
+                v[0].tensor_mut(("sub", "x"))
+                    .unwrap()
+                    .as_mut_slice::<i64>()
+                    .unwrap()[0] = 7;
+            }),
+            ("tensor_mut_by", |v| {
+                let mut done = crate::Lookup::new("done");
+                v[0].tensor_mut_by(&mut done)
+                    .unwrap()
+                    .as_mut_slice::<bool>()
+                    .unwrap()[0] = true;
+            }),
+        ];
+        for (what, change) in in_place {
+            let (rows, mut views) = lent_pair();
+            change(&mut views);
+            assert_eq!(views[0].entries().stamp(), rows.stamp_of(0), "{what}");
+            assert!(
+                rows.is_view(0, &views[0]) && rows.is_view_walk(0, &views[0]),
+                "{what}"
+            );
+        }
+        // (what, whether row 0's buffer is still its view after it)
+        let changes: [(&str, bool, Change); 9] = [
+            ("set of a key it has", false, |v| {
+                v[0].set("obs", Tensor::zeros(DType::F32, &[3])).unwrap();
+            }),
+            ("set in a sub-dict", false, |v| {
+                v[0].set(("sub", "x"), Tensor::zeros(DType::I64, &[1]))
+                    .unwrap();
+            }),
+            ("a key added", false, |v| {
+                v[0].set("extra", Tensor::zeros(DType::U8, &[1])).unwrap();
+            }),
+            ("a key removed", false, |v| {
+                v[0].remove("done");
+            }),
+            ("a tensor replaced through tensors_mut", false, |v| {
+                *v[0].tensors_mut()[0] = Tensor::zeros(DType::Bool, &[1]);
+            }),
+            ("swapped with another row's view", false, |v| v.swap(0, 1)),
+            ("a clone", false, |v| v[0] = v[0].clone()),
+            ("tensors_mut, nothing replaced", true, |v| {
+                let _ = v[0].tensors_mut();
+            }),
+            ("fill_from (a copy in place)", true, |v| {
+                let copy = v[1].clone();
+                v[0].fill_from(&copy).unwrap();
+            }),
+        ];
+        for (what, still_a_view, change) in changes {
+            let (rows, mut views) = lent_pair();
+            change(&mut views);
+            assert_ne!(views[0].entries().stamp(), rows.stamp_of(0), "{what}");
+            assert_eq!(rows.is_view(0, &views[0]), still_a_view, "{what}");
+            assert_eq!(rows.is_view_walk(0, &views[0]), still_a_view, "{what}");
+        }
+        // Two lendings never share a stamp.
+        let ((a, _), (b, _)) = (lent_pair(), lent_pair());
+        assert!(a.stamp_of(1) < b.stamp_of(0) || b.stamp_of(1) < a.stamp_of(0));
+    }
 
     /// A shared block over a vector of `words` words that the block keeps.
     fn shared_block(words: usize) -> SharedBlock {

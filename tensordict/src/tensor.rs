@@ -12,6 +12,23 @@ use crate::{DType, Element, TensorDictError};
 /// A shape: the size of each dimension. Up to four dims live inline.
 pub type Shape = SmallVec<[usize; 4]>;
 
+/// `dims` as a [`Shape`], copied at once (`SmallVec`'s `From<&[T]>` and
+/// `Clone` go element by element through its generic `Extend`: a few
+/// times the instructions, on every tensor made or cloned).
+#[inline]
+pub(crate) fn shape_of(dims: &[usize]) -> Shape {
+    Shape::from_slice(dims)
+}
+
+/// The shape `[first, rest..]` (a batch of rows of shape `rest`), made at
+/// once as [`shape_of`].
+#[inline]
+pub(crate) fn shape_with_first(first: usize, rest: &[usize]) -> Shape {
+    let mut shape = Shape::from_elem(first, rest.len() + 1);
+    shape[1..].copy_from_slice(rest);
+    shape
+}
+
 /// The backing bytes of one or more tensors, kept in `u64` words so that
 /// every dtype is aligned.
 ///
@@ -189,7 +206,7 @@ impl Tensor {
             })?;
         Ok(Tensor {
             dtype,
-            shape: shape.into(),
+            shape: shape_of(shape),
             offset: 0,
             nbytes,
             storage: Backing::Shared(Arc::new(storage)),
@@ -209,7 +226,7 @@ impl Tensor {
         debug_assert!(offset + nbytes <= block.len());
         Tensor {
             dtype,
-            shape: shape.into(),
+            shape: shape_of(shape),
             offset,
             nbytes,
             storage: Backing::Row(Arc::clone(block)),
@@ -233,41 +250,45 @@ impl Tensor {
     /// views any more (a batch its receiver dropped). Each is copied on its
     /// first write, as any tensor whose storage is shared.
     pub(crate) fn packed(
-        parts: &[(DType, Shape)],
+        parts: SmallVec<[(DType, Shape); 8]>,
         recycled: &mut Recycled,
         mut fill: impl FnMut(usize, &mut [u8]),
     ) -> Vec<Tensor> {
-        let sizes: SmallVec<[usize; 8]> = parts
+        let nbytes =
+            |(dtype, shape): &(DType, Shape)| shape.iter().product::<usize>() * dtype.size();
+        let total: usize = parts
             .iter()
-            .map(|(dtype, shape)| shape.iter().product::<usize>() * dtype.size())
-            .collect();
-        let total: usize = sizes.iter().map(|n| n.next_multiple_of(8)).sum();
+            .map(|part| nbytes(part).next_multiple_of(8))
+            .sum();
         let mut storage = recycled.take(total);
-        let mut offsets: SmallVec<[usize; 8]> = SmallVec::with_capacity(parts.len());
-        let mut at = 0;
         {
             // Unique: just made, or no tensor views it (`Recycled::take`).
             let bytes = Arc::get_mut(&mut storage)
                 .expect("a storage no one else holds")
                 .bytes_mut();
-            for (i, &n) in sizes.iter().enumerate() {
-                offsets.push(at);
+            let mut at = 0;
+            for (i, part) in parts.iter().enumerate() {
+                let n = nbytes(part);
                 fill(i, &mut bytes[at..at + n]);
                 at += n.next_multiple_of(8);
             }
         }
         recycled.keep(&storage);
-        parts
-            .iter()
-            .zip(sizes.iter().zip(&offsets))
-            .map(|((dtype, shape), (&nbytes, &offset))| Tensor {
-                dtype: *dtype,
-                shape: shape.clone(),
+        let mut tensors = Vec::with_capacity(parts.len());
+        let mut offset = 0;
+        for part in parts {
+            let nbytes = nbytes(&part);
+            let (dtype, shape) = part;
+            tensors.push(Tensor {
+                dtype,
+                shape,
                 offset,
                 nbytes,
                 storage: Backing::Shared(Arc::clone(&storage)),
-            })
-            .collect()
+            });
+            offset += nbytes.next_multiple_of(8);
+        }
+        tensors
     }
 
     /// A tensor of this dtype and shape holding a copy of `bytes` (as many
@@ -276,7 +297,7 @@ impl Tensor {
     pub(crate) fn from_trusted_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Tensor {
         Tensor {
             dtype,
-            shape: shape.into(),
+            shape: shape_of(shape),
             offset: 0,
             nbytes: bytes.len(),
             storage: Backing::Shared(Arc::new(Storage::copy_of(bytes))),
@@ -568,7 +589,7 @@ impl Tensor {
             });
         }
         Ok(Tensor {
-            shape: shape.into(),
+            shape: shape_of(shape),
             ..self.clone()
         })
     }
@@ -587,7 +608,7 @@ impl Tensor {
         Ok(match &self.storage {
             Backing::Shared(storage) => Tensor {
                 dtype: self.dtype,
-                shape: rest.into(),
+                shape: shape_of(rest),
                 offset,
                 nbytes: row_bytes,
                 storage: Backing::Shared(Arc::clone(storage)),
@@ -671,7 +692,7 @@ impl Clone for Tensor {
         match &self.storage {
             Backing::Shared(storage) => Tensor {
                 dtype: self.dtype,
-                shape: self.shape.clone(),
+                shape: shape_of(&self.shape),
                 offset: self.offset,
                 nbytes: self.nbytes,
                 storage: Backing::Shared(Arc::clone(storage)),

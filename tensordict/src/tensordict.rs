@@ -5,6 +5,7 @@ use std::fmt::{self, Write as _};
 use std::ops::Deref;
 
 use crate::entries::{Entries, Name};
+use crate::tensor::shape_of;
 use crate::{KeyLike, NestedKey, NonTensor, Shape, Tensor, TensorDictError};
 
 /// One entry of a [`TensorDict`].
@@ -24,9 +25,9 @@ impl Entry {
     /// sub-dict's batch size.
     pub fn shape(&self) -> Shape {
         match self {
-            Entry::Tensor(t) => t.shape().into(),
+            Entry::Tensor(t) => shape_of(t.shape()),
             Entry::NonTensor(v) => v.shape(),
-            Entry::Dict(d) => d.batch_size().into(),
+            Entry::Dict(d) => shape_of(d.batch_size()),
         }
     }
 
@@ -192,17 +193,28 @@ impl Deref for TensorMut<'_> {
 /// println!("{td}");
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Debug, PartialEq, Default)]
 pub struct TensorDict {
     batch_size: Shape,
     entries: Entries,
+}
+
+impl Clone for TensorDict {
+    /// Shares every tensor's storage (copy on write; a lent row's view is
+    /// copied: [`Tensor`]'s clone).
+    fn clone(&self) -> TensorDict {
+        TensorDict {
+            batch_size: shape_of(&self.batch_size),
+            entries: self.entries.clone(),
+        }
+    }
 }
 
 impl TensorDict {
     /// An empty tensordict with this batch size.
     pub fn new(batch_size: &[usize]) -> TensorDict {
         TensorDict {
-            batch_size: batch_size.into(),
+            batch_size: shape_of(batch_size),
             entries: Entries::default(),
         }
     }
@@ -371,11 +383,14 @@ impl TensorDict {
         }
     }
 
+    /// The entry at `key`, writable in place only: for [`TensorDict::tensor_mut`],
+    /// whose [`TensorMut`] cannot replace a tensor (a lent view keeps its
+    /// stamp: `Entries`).
     fn get_mut_or_err(&mut self, key: &impl KeyLike) -> Result<&mut Entry, TensorDictError> {
         // One level (the common case): one lookup, no parts built. A miss
         // takes the general path below, which builds the error.
         if let Some(Ok(i)) = key.single().map(|name| self.entries.position(name)) {
-            return Ok(self.entries.at_mut(i));
+            return Ok(self.entries.at_mut_in_place(i));
         }
         // Find the position at each level immutably (errors need `&self`),
         // then walk down mutably by position: one lookup per level.
@@ -410,12 +425,12 @@ impl TensorDict {
         let (last, inner) = path.split_last().expect("non-empty");
         let mut node = self;
         for &i in inner {
-            node = match node.entries.at_mut(i) {
+            node = match node.entries.at_mut_in_place(i) {
                 Entry::Dict(d) => d,
                 _ => unreachable!("a sub-dict on the path found above"),
             };
         }
-        Ok(node.entries.at_mut(*last))
+        Ok(node.entries.at_mut_in_place(*last))
     }
 
     /// Write access to the elements of the tensor at `key` (copy on write if
@@ -454,7 +469,8 @@ impl TensorDict {
     pub fn tensor_mut_by(&mut self, lookup: &mut Lookup) -> Result<TensorMut<'_>, TensorDictError> {
         match self.entries.find(&mut lookup.key, &mut lookup.at) {
             Some(i) if matches!(self.entries.at(i), Entry::Tensor(_)) => {
-                match self.entries.at_mut(i) {
+                // In place: a `TensorMut` cannot replace the tensor.
+                match self.entries.at_mut_in_place(i) {
                     Entry::Tensor(t) => Ok(TensorMut(t)),
                     _ => unreachable!("a tensor, checked above"),
                 }
@@ -643,7 +659,7 @@ impl TensorDict {
             return Err(TensorDictError::IndexOutOfRange { index, len });
         }
         let mut out = TensorDict {
-            batch_size: self.batch_size[1..].into(),
+            batch_size: shape_of(&self.batch_size[1..]),
             entries: Entries::with_capacity(self.entries.len()),
         };
         for (name, entry) in &self.entries {
