@@ -625,17 +625,37 @@ impl LentRows {
         rows: &[usize],
         or: Option<(&[bool], &LentRows, &LeafMap)>,
     ) -> TensorDict {
+        // One pass: every row in range, and whether they are every row in
+        // order (then each in range too).
+        let every = rows.len() == self.rows && rows.iter().enumerate().all(|(j, &row)| row == j);
         assert!(
-            rows.iter().all(|&row| row < self.rows),
+            every || rows.iter().all(|&row| row < self.rows),
             "a row out of range"
         );
-        let every = rows.len() == self.rows && rows.iter().enumerate().all(|(j, &row)| row == j);
         let from_other = |j: usize| or.is_some_and(|(instead, ..)| instead[j]);
         let others = or.map_or(0, |(instead, ..)| instead.iter().filter(|&&b| b).count());
         // For every row in order: one copy of each column from the batch
         // most rows come from, then the other rows one by one; otherwise
         // each row from its batch.
         let bulk_other = others * 2 > rows.len();
+        let mixed = others != 0 && others != rows.len();
+        // The rows each batch gives, `(j, row)`, found once for all columns:
+        // for every row in order, the rows not from the bulk's batch; else,
+        // when mixed, each batch's.
+        let picks_of = |other: bool| -> SmallVec<[(usize, usize); 16]> {
+            let mut picks = SmallVec::new();
+            for (j, &row) in rows.iter().enumerate() {
+                if from_other(j) == other {
+                    picks.push((j, row));
+                }
+            }
+            picks
+        };
+        let (strays, own_picks, other_picks) = match (every, mixed) {
+            (true, true) => (picks_of(!bulk_other), SmallVec::new(), SmallVec::new()),
+            (false, true) => (SmallVec::new(), picks_of(false), picks_of(true)),
+            _ => Default::default(),
+        };
         // Pushed one by one: `collect` goes through `SmallVec`'s generic
         // `Extend`, several times the instructions.
         let mut parts: SmallVec<[(DType, Shape); 8]> = SmallVec::new();
@@ -654,12 +674,6 @@ impl LentRows {
                 Some((_, batch, map)) if other => &batch.columns[map.0[leaf]].block,
                 _ => &column.block,
             };
-            let picks = |other: bool| {
-                rows.iter()
-                    .copied()
-                    .enumerate()
-                    .filter(move |&(j, _)| from_other(j) == other)
-            };
             // In every block below the rows are in range of both batches
             // (asserted; the map's batch has as many rows, and its tensor
             // this one's dtype and row shape: `n` bytes a row) and not in
@@ -668,18 +682,20 @@ impl LentRows {
                 // SAFETY: as above, for every row.
                 let all = unsafe { block_of(bulk_other).bytes(0, total * n) };
                 bytes.copy_from_slice(all);
-                if others != 0 && others != rows.len() {
+                if mixed {
                     // SAFETY: as above.
-                    unsafe { block_of(!bulk_other).copy_rows(n, picks(!bulk_other), bytes) };
+                    unsafe { block_of(!bulk_other).copy_rows(n, strays.iter().copied(), bytes) };
                 }
-            } else if others == 0 {
+            } else if !mixed {
+                // Every row from one batch (this one, or `other` for all).
+                let picks = rows.iter().copied().enumerate();
                 // SAFETY: as above.
-                unsafe { block_of(false).copy_rows(n, rows.iter().copied().enumerate(), bytes) };
+                unsafe { block_of(others != 0).copy_rows(n, picks, bytes) };
             } else {
                 // SAFETY: as above.
-                unsafe { block_of(false).copy_rows(n, picks(false), bytes) };
+                unsafe { block_of(false).copy_rows(n, own_picks.iter().copied(), bytes) };
                 // SAFETY: as above.
-                unsafe { block_of(true).copy_rows(n, picks(true), bytes) };
+                unsafe { block_of(true).copy_rows(n, other_picks.iter().copied(), bytes) };
             }
         });
         let mut tensors = tensors.into_iter();

@@ -117,6 +117,10 @@ pub(super) fn run_cell(env: usize, cell: &mut Cell) -> bool {
         }),
     };
     let failed = error.is_some();
-    cell.error = error;
+    if failed || cell.error.is_some() {
+        // (Not assigned when both are `None`: the drop of the old one is a
+        // call.)
+        cell.error = error;
+    }
     failed
 }

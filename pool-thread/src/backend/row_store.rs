@@ -208,10 +208,11 @@ impl RowStore {
         // SAFETY: as above.
         let next = (want & NEXT_ROW != 0).then(|| unsafe { lent.next.gather(envs) });
         let root = (want & ROOT_ROW != 0).then(|| {
-            let instead: SmallVec<[bool; 64]> = envs
-                .iter()
-                .map(|&env| lent.flags[env] & ROOT_IN_NEXT != 0)
-                .collect();
+            // Filled in place: a `collect` into a `SmallVec` pushes one by one.
+            let mut instead: SmallVec<[bool; 64]> = SmallVec::from_elem(false, envs.len());
+            for (instead, &env) in instead.iter_mut().zip(envs) {
+                *instead = lent.flags[env] & ROOT_IN_NEXT != 0;
+            }
             match &lent.root_in_next {
                 // SAFETY: as above.
                 Some(map) => unsafe { lent.root.gather_or(envs, &instead, &lent.next, map) },

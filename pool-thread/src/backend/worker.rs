@@ -31,6 +31,8 @@ pub(super) fn worker_loop(shared: &Shared, worker: usize) {
     let mut timing = StepTiming::new();
     // The chunk of the worker's last own claim, claimed from without a lock.
     let mut current: Option<std::sync::Arc<Chunk>> = None;
+    // How many results the current run publishes at once (`run_envs`).
+    let mut run = 1;
     loop {
         let claim = match shared.queue.try_pop(worker, &mut current) {
             Some(claim) => claim,
@@ -52,11 +54,12 @@ pub(super) fn worker_loop(shared: &Shared, worker: usize) {
         if claim.own {
             current = Some(claim.chunk);
         }
-        let run = run_envs(shared);
         let mut held = lock(&shared.held[worker]);
         if held.is_empty() {
             // Relaxed: a hint for receivers, who read `held` under its lock.
             shared.held_since[worker].store(shared.now() + 1, Ordering::Relaxed);
+            // The run's length, from the average step time as it begins.
+            run = run_envs(shared);
         }
         held.push(ran);
         if held.len() >= run {
