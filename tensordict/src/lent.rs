@@ -639,23 +639,18 @@ impl LentRows {
         // each row from its batch.
         let bulk_other = others * 2 > rows.len();
         let mixed = others != 0 && others != rows.len();
-        // The rows each batch gives, `(j, row)`, found once for all columns:
-        // for every row in order, the rows not from the bulk's batch; else,
-        // when mixed, each batch's.
-        let picks_of = |other: bool| -> SmallVec<[(usize, usize); 16]> {
-            let mut picks = SmallVec::new();
+        // The rows each batch gives, `(j, row)`, found in one pass for all
+        // columns: `picks[0]` this batch's, `picks[1]` the other's; for
+        // every row in order, only those not from the bulk's batch.
+        let mut picks: [SmallVec<[(usize, usize); 16]>; 2] = Default::default();
+        if mixed {
             for (j, &row) in rows.iter().enumerate() {
-                if from_other(j) == other {
-                    picks.push((j, row));
+                let other = from_other(j);
+                if !every || other != bulk_other {
+                    picks[usize::from(other)].push((j, row));
                 }
             }
-            picks
-        };
-        let (strays, own_picks, other_picks) = match (every, mixed) {
-            (true, true) => (picks_of(!bulk_other), SmallVec::new(), SmallVec::new()),
-            (false, true) => (SmallVec::new(), picks_of(false), picks_of(true)),
-            _ => Default::default(),
-        };
+        }
         // Pushed one by one: `collect` goes through `SmallVec`'s generic
         // `Extend`, several times the instructions.
         let mut parts: SmallVec<[(DType, Shape); 8]> = SmallVec::new();
@@ -683,19 +678,20 @@ impl LentRows {
                 let all = unsafe { block_of(bulk_other).bytes(0, total * n) };
                 bytes.copy_from_slice(all);
                 if mixed {
+                    let strays = picks[usize::from(!bulk_other)].iter().copied();
                     // SAFETY: as above.
-                    unsafe { block_of(!bulk_other).copy_rows(n, strays.iter().copied(), bytes) };
+                    unsafe { block_of(!bulk_other).copy_rows(n, strays, bytes) };
                 }
             } else if !mixed {
                 // Every row from one batch (this one, or `other` for all).
-                let picks = rows.iter().copied().enumerate();
+                let all = rows.iter().copied().enumerate();
                 // SAFETY: as above.
-                unsafe { block_of(others != 0).copy_rows(n, picks, bytes) };
+                unsafe { block_of(others != 0).copy_rows(n, all, bytes) };
             } else {
                 // SAFETY: as above.
-                unsafe { block_of(false).copy_rows(n, own_picks.iter().copied(), bytes) };
+                unsafe { block_of(false).copy_rows(n, picks[0].iter().copied(), bytes) };
                 // SAFETY: as above.
-                unsafe { block_of(true).copy_rows(n, other_picks.iter().copied(), bytes) };
+                unsafe { block_of(true).copy_rows(n, picks[1].iter().copied(), bytes) };
             }
         });
         let mut tensors = tensors.into_iter();
