@@ -439,13 +439,15 @@ impl ProcBackend {
     /// ready to be taken, as [`ProcBackend::is_done`] for each; with batch
     /// rows, the results newly published are read into their rows in one
     /// pass (the batches' columns made writable once for all of them).
+    /// Returns whether any of those appended failed.
     #[doc(hidden)]
-    pub fn ready_among(&self, envs: impl Iterator<Item = usize>, ready: &mut Vec<usize>) {
+    pub fn ready_among(&self, envs: impl Iterator<Item = usize>, ready: &mut Vec<usize>) -> bool {
+        let start = ready.len();
+        let failed = |ready: &[usize]| ready[start..].iter().any(|&env| self.is_failed(env));
         let (Some(rows), Some(shm)) = (&self.shared.rows, &self.shared.shm) else {
             ready.extend(envs.filter(|&env| self.is_done(env)));
-            return;
+            return failed(ready);
         };
-        let start = ready.len();
         // A cheap look at each slot first: most polls find nothing new.
         let mut fresh: SmallVec<[usize; 64]> = SmallVec::new();
         for env in envs {
@@ -461,6 +463,7 @@ impl ProcBackend {
             self.shared.read_into_rows(rows, shm, fresh, ready);
             ready[start..].sort_unstable();
         }
+        failed(ready)
     }
 
     /// When env `env`'s result arrived (an increasing order).

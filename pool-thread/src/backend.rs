@@ -23,6 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use envs::{Env, EnvError, EnvSpecs};
+use pool_core::phase::{DONE, FAILED};
 use pool_core::{lock, peek_cells, Output, Phases, Signal};
 use tensordict::TensorDict;
 
@@ -350,6 +351,26 @@ impl ThreadBackend {
     #[inline]
     pub fn is_done(&self, env: usize) -> bool {
         self.shared.phases.is_done(env)
+    }
+
+    /// Appends to `ready` those of `envs` whose result (or error) is
+    /// waiting to be taken, as [`ThreadBackend::is_done`] for each; returns
+    /// whether any of them failed (one look at each env's phase tells both).
+    #[doc(hidden)]
+    #[inline]
+    pub fn ready_among(&self, envs: impl Iterator<Item = usize>, ready: &mut Vec<usize>) -> bool {
+        let mut failed = false;
+        for env in envs {
+            match self.shared.phases.get(env) {
+                DONE => ready.push(env),
+                FAILED => {
+                    ready.push(env);
+                    failed = true;
+                }
+                _ => {}
+            }
+        }
+        failed
     }
 
     /// When env `env`'s result was published (a generation; smaller is

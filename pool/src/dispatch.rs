@@ -137,10 +137,14 @@ impl Dispatch {
     }
 
     /// Appends to `ready` those of `envs` whose result (or error) is
-    /// waiting to be taken.
-    pub(crate) fn ready_among(&self, envs: impl Iterator<Item = usize>, ready: &mut Vec<usize>) {
+    /// waiting to be taken; returns whether any of them failed.
+    pub(crate) fn ready_among(
+        &self,
+        envs: impl Iterator<Item = usize>,
+        ready: &mut Vec<usize>,
+    ) -> bool {
         match self {
-            Dispatch::Threads(b) => ready.extend(envs.filter(|&env| b.is_done(env))),
+            Dispatch::Threads(b) => b.ready_among(envs, ready),
             Dispatch::Procs(b) => b.ready_among(envs, ready),
         }
     }

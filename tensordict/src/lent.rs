@@ -186,9 +186,14 @@ unsafe fn move_rows(
         (dst, room): (*mut u8, usize),
     ) {
         let n = if N == 0 { n } else { N };
+        if n == 0 {
+            return;
+        }
+        // How many whole rows each side holds: one comparison a row below.
+        let (rows_in_src, rows_in_dst) = (len / n, room / n);
         for (to, from) in picks {
             assert!(
-                (from + 1) * n <= len && (to + 1) * n <= room,
+                from < rows_in_src && to < rows_in_dst,
                 "row {from} inside the source, its place {to} inside the destination"
             );
             // SAFETY: both ranges in bounds (just asserted), not overlapping

@@ -190,10 +190,15 @@ impl RowStore {
             RowStore::Lent(lent) => lent,
         };
         let want = BatchRows::wanted(op);
-        if envs
-            .iter()
-            .any(|&env| lent.flags.get(env).is_none_or(|f| f & want != want))
-        {
+        // Distinct and ascending: as many as there are envs is every env,
+        // whose flags are checked in one pass over them (no lookups).
+        let current = if envs.len() == lent.flags.len() {
+            lent.flags.iter().all(|&f| f & want == want)
+        } else {
+            envs.iter()
+                .all(|&env| lent.flags.get(env).is_some_and(|f| f & want == want))
+        };
+        if !current {
             return None;
         }
         // Both gathers are sound: every row gathered has its flags set, under

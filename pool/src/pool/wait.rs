@@ -55,16 +55,16 @@ impl AsyncEnvPool {
             }
             ready.clear();
             ready.reserve(in_flight);
-            if in_flight == book.num_envs() {
+            let any_failed = if in_flight == book.num_envs() {
                 // Every env is in flight for this receive (a send to all):
                 // no state to look at.
-                backend.ready_among(0..in_flight, &mut ready);
+                backend.ready_among(0..in_flight, &mut ready)
             } else {
                 let candidates = (0..book.num_envs()).filter(|&env| book.state(env) == batch_state);
-                backend.ready_among(candidates, &mut ready);
-            }
+                backend.ready_among(candidates, &mut ready)
+            };
             // A failed env is reported first, alone; the other results stay.
-            if let Some(failed) = backend.first_failed(&ready) {
+            if let Some(failed) = any_failed.then(|| backend.first_failed(&ready)).flatten() {
                 book.take_env(failed, op, false);
                 drop(book);
                 let result = backend.peek(failed, |_| ());
