@@ -158,7 +158,13 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             counts.push(read_counts(&dir, iters)?);
             helped.push(caller_helping(&dir, iters)?);
         }
-        let steps = ((LONG - SHORT) * envs) as f64;
+        // An iteration of the async modes receives and sends half the envs.
+        let per_iteration = if mode.starts_with("async") {
+            envs / 2
+        } else {
+            envs
+        };
+        let steps = ((LONG - SHORT) * per_iteration) as f64;
         let (caller, workers) = per_env_step(&counts[0], &counts[1], steps);
         let helping = (helped[1] as f64 - helped[0] as f64) / steps;
         rows.push((mode.clone(), caller, caller - helping, workers));
