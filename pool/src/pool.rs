@@ -65,11 +65,31 @@ pub struct AsyncEnvPool {
     /// The `"env_index"` column of a batch of every env in order, made
     /// once (a synchronous step's batches clone it).
     all_env_index: NonTensor,
+    /// The keys the pool sets on every batch, made once: `"next"` and
+    /// `"env_index"`.
+    keys: BatchKeys,
     /// Whether every env's batch size is `batch_size[1..]`.
     same_env_batch: bool,
     /// The jobs of a send to every env: env `i` from row `i`.
     all_jobs: Vec<Job>,
     book: Mutex<Book>,
+}
+
+/// The names of the entries a pool adds to every batch, shared by every
+/// batch (a `set` of a shared name allocates nothing).
+#[derive(Debug)]
+struct BatchKeys {
+    next: Arc<str>,
+    env_index: Arc<str>,
+}
+
+impl Default for BatchKeys {
+    fn default() -> BatchKeys {
+        BatchKeys {
+            next: "next".into(),
+            env_index: "env_index".into(),
+        }
+    }
 }
 
 impl AsyncEnvPool {

@@ -239,6 +239,12 @@ impl Entries {
         self.list.push((key, entry));
     }
 
+    /// Room for `additional` more entries.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.stamp = 0;
+        self.list.reserve(additional);
+    }
+
     /// An empty level with room for `n` entries.
     pub(crate) fn with_capacity(n: usize) -> Entries {
         Entries {

@@ -3,6 +3,7 @@
 //! allocating.
 
 use std::fmt;
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
@@ -104,6 +105,13 @@ pub trait KeyLike {
         None
     }
 
+    /// The key as a shared name when it is one (an `Arc<str>`): a
+    /// [`TensorDict::set`](crate::TensorDict::set) of it stores that name
+    /// rather than a new copy (a key set on every batch, allocated once).
+    fn shared(&self) -> Option<Arc<str>> {
+        None
+    }
+
     /// An owned copy of the key.
     fn to_key(&self) -> NestedKey {
         NestedKey::new(self.key_parts())
@@ -118,6 +126,22 @@ impl KeyLike for str {
     #[inline]
     fn single(&self) -> Option<&str> {
         Some(self)
+    }
+}
+
+impl KeyLike for Arc<str> {
+    fn key_parts(&self) -> KeyParts<'_> {
+        smallvec::smallvec![&**self]
+    }
+
+    #[inline]
+    fn single(&self) -> Option<&str> {
+        Some(self)
+    }
+
+    #[inline]
+    fn shared(&self) -> Option<Arc<str>> {
+        Some(Arc::clone(self))
     }
 }
 
@@ -184,6 +208,11 @@ impl<T: KeyLike + ?Sized> KeyLike for &T {
     #[inline]
     fn single(&self) -> Option<&str> {
         (**self).single()
+    }
+
+    #[inline]
+    fn shared(&self) -> Option<Arc<str>> {
+        (**self).shared()
     }
 }
 

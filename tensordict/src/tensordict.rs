@@ -231,6 +231,12 @@ impl TensorDict {
         self.entries.len()
     }
 
+    /// Makes room for `additional` more root entries, so that as many
+    /// [`TensorDict::set`]s of new keys move the entries at most once.
+    pub fn reserve(&mut self, additional: usize) {
+        self.entries.reserve(additional);
+    }
+
     /// True if there is no entry.
     #[inline]
     pub fn is_empty(&self) -> bool {
@@ -272,8 +278,16 @@ impl TensorDict {
         key: impl KeyLike,
         value: impl Into<Entry>,
     ) -> Result<(), TensorDictError> {
-        let parts = key.key_parts();
         let value = value.into();
+        if let Some(name) = key.single().filter(|name| !name.is_empty()) {
+            // A key of one part: no parts to build, and a shared name
+            // stored as it is.
+            self.check_entry(&key, &value)?;
+            let name = key.shared().unwrap_or_else(|| Name::from(name));
+            self.entries.insert(name, value);
+            return Ok(());
+        }
+        let parts = key.key_parts();
         if parts.is_empty() || parts.iter().any(|p| p.is_empty()) {
             return Err(TensorDictError::InvalidKey { key: key.to_key() });
         }
@@ -769,6 +783,37 @@ mod tests {
             .unwrap();
         td.set("env_index", NonTensor::from(vec![0i64, 1])).unwrap();
         td
+    }
+
+    /// A key given as a shared name is stored as that name (no copy of
+    /// it); set, replaced and checked like any other key; `reserve` only
+    /// makes room.
+    #[test]
+    fn a_shared_name_is_stored_as_it_is() {
+        let name: std::sync::Arc<str> = "next".into();
+        let mut td = TensorDict::new(&[2]);
+        td.reserve(2);
+        td.set(&name, Tensor::zeros(DType::F32, &[2, 3])).unwrap();
+        let (stored, _) = td.entries().at_named(0);
+        assert!(
+            std::ptr::eq(stored.as_ptr(), name.as_ptr()),
+            "the very name"
+        );
+        td.set(&name, Tensor::full(&[2], 1.0f32)).unwrap();
+        assert_eq!(td.len(), 1);
+        assert_eq!(
+            td.tensor("next").unwrap().to_vec::<f32>().unwrap(),
+            vec![1.0, 1.0]
+        );
+        assert!(matches!(
+            td.set(&name, Tensor::zeros(DType::F32, &[3])),
+            Err(TensorDictError::BatchSize { .. })
+        ));
+        let empty: std::sync::Arc<str> = "".into();
+        assert!(matches!(
+            td.set(&empty, Tensor::zeros(DType::F32, &[2])),
+            Err(TensorDictError::InvalidKey { .. })
+        ));
     }
 
     #[test]

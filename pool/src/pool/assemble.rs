@@ -178,19 +178,21 @@ impl AsyncEnvPool {
         let env_index = self.env_index_column(&taken.envs);
         let (step, root) = match parts {
             (Some(mut step), Some(next), root) => {
-                step.set("next", next)?;
+                // Two keys more: room made once.
+                step.reserve(2);
+                step.set(&self.keys.next, next)?;
                 let root = match root {
                     Some(mut root) => {
-                        root.set("env_index", env_index.clone())?;
+                        root.set(&self.keys.env_index, env_index.clone())?;
                         Some(StackedTensorDict::Dense(root))
                     }
                     None => None,
                 };
-                step.set("env_index", env_index)?;
+                step.set(&self.keys.env_index, env_index)?;
                 (step, root)
             }
             (_, _, Some(mut root)) => {
-                root.set("env_index", env_index)?;
+                root.set(&self.keys.env_index, env_index)?;
                 (root, None)
             }
             _ => unreachable!("every op wants a step or a root"),

@@ -155,6 +155,7 @@ impl PoolBuilder {
             templates,
             env_index,
             all_env_index,
+            keys: Default::default(),
             same_env_batch,
             all_jobs: (0..n).map(|env| (env, Some(env))).collect(),
             book: Mutex::new(Book::new(n)),
