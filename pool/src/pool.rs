@@ -164,6 +164,11 @@ impl AsyncEnvPool {
         if envs.len() == self.env_index.len() {
             return self.all_env_index.clone();
         }
+        if self.same_env_batch && self.batch_size.len() == 1 {
+            // Unbatched envs: each index is the integer itself, made
+            // rather than cloned.
+            return NonTensor::Stack(envs.iter().map(|&env| NonTensor::Int(env as i64)).collect());
+        }
         NonTensor::Stack(
             envs.iter()
                 .map(|&env| self.env_index[env].clone())
