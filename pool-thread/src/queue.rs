@@ -205,14 +205,17 @@ impl Chunk {
     }
 }
 
-/// A claimed job: its chunk and its index there. `own` is true when the
-/// worker claimed it from the front of its own current chunk, which it
-/// keeps for its next claim.
+/// A claimed job: its chunk and its index there, and where it was claimed
+/// from ([`Claim::into_current`] keeps the chunk for the worker's next
+/// claim).
 #[derive(Debug)]
 pub(crate) struct Claim {
     pub(crate) chunk: Arc<Chunk>,
     pub(crate) index: usize,
-    pub(crate) own: bool,
+    /// `None`: from the front of the worker's own chunk; `Some(pushed)`:
+    /// from the back of another queue's, the queue's push count
+    /// (`WorkQueue::pushed`) read before the claim.
+    stolen: Option<u64>,
 }
 
 impl Claim {
@@ -220,12 +223,33 @@ impl Claim {
     pub(crate) fn job(&self) -> Job<'_> {
         self.chunk.job(self.index)
     }
+
+    /// The chunk to claim the worker's next job from, without a lock
+    /// ([`WorkQueue::try_pop`]).
+    pub(crate) fn into_current(self) -> Current {
+        Current {
+            chunk: self.chunk,
+            stolen: self.stolen,
+        }
+    }
 }
 
-/// Claims one job of `queue`: from its first chunk with any left (its last,
-/// `from_back`), dropping the spent chunks on the way. A claim from the
-/// front is the worker's own.
-fn claim_one(queue: &mut VecDeque<Arc<Chunk>>, from_back: bool) -> Option<Claim> {
+/// The chunk a worker claims its next job from without taking a queue's
+/// lock: its own, from the front; or the one it last claimed a job from the
+/// back of, as long as nothing has been queued since (its own queue comes
+/// first then). A worker that has run out of its own envs claims the
+/// others' one by one, each claim one compare-and-swap, not a lock.
+#[derive(Debug)]
+pub(crate) struct Current {
+    chunk: Arc<Chunk>,
+    stolen: Option<u64>,
+}
+
+/// Claims one job of `queue`: from its first chunk with any left, or from
+/// the back of its last if `stolen` (the push count read before), dropping
+/// the spent chunks on the way. A claim from the front is the worker's own.
+fn claim_one(queue: &mut VecDeque<Arc<Chunk>>, stolen: Option<u64>) -> Option<Claim> {
+    let from_back = stolen.is_some();
     loop {
         let chunk = if from_back {
             queue.back()
@@ -236,7 +260,7 @@ fn claim_one(queue: &mut VecDeque<Arc<Chunk>>, from_back: bool) -> Option<Claim>
             return Some(Claim {
                 chunk: Arc::clone(chunk),
                 index: claimed.start,
-                own: !from_back,
+                stolen,
             });
         }
         if from_back {
@@ -363,28 +387,37 @@ impl WorkQueue {
         self.pushed.notify();
     }
 
-    /// Claims the next job of worker `worker` without waiting: the front
-    /// of `current` (the chunk of its last own claim), else of the first
-    /// chunk of its own queue that has any, else the back of another
-    /// queue's last. `None` if nothing is queued or the queue is stopped.
-    /// A claim of its own leaves its chunk for `current`.
-    pub(crate) fn try_pop(&self, worker: usize, current: &mut Option<Arc<Chunk>>) -> Option<Claim> {
+    /// Claims the next job of worker `worker` without waiting: from
+    /// `current` (see [`Current`]), else from the front of the first chunk
+    /// of its own queue that has any, else from the back of another queue's
+    /// last. `None` if nothing is queued or the queue is stopped.
+    pub(crate) fn try_pop(&self, worker: usize, current: &mut Option<Current>) -> Option<Claim> {
         if self.stop.load(Ordering::Acquire) {
             return None;
         }
-        if let Some(chunk) = current.take() {
-            if let Some(claimed) = chunk.claim(1, false) {
-                return Some(Claim {
-                    chunk,
-                    index: claimed.start,
-                    own: true,
-                });
+        if let Some(Current { chunk, stolen }) = current.take() {
+            // A steal goes on while nothing new is queued: the worker's own
+            // envs, when it has some again, come first.
+            let go_on = stolen.is_none_or(|pushed| self.pushed.generation() == pushed);
+            if go_on {
+                if let Some(claimed) = chunk.claim(1, stolen.is_some()) {
+                    return Some(Claim {
+                        chunk,
+                        index: claimed.start,
+                        stolen,
+                    });
+                }
             }
         }
+        // Read before the queues are: a push after it ends the steal.
+        let pushed = self.pushed.generation();
         let n = self.queues.len();
         let own = worker % n;
         // Its own queue from the front, then the others' from the back.
-        (0..n).find_map(|i| claim_one(&mut lock(&self.queues[(own + i) % n]), i > 0))
+        (0..n).find_map(|i| {
+            let stolen = (i > 0).then_some(pushed);
+            claim_one(&mut lock(&self.queues[(own + i) % n]), stolen)
+        })
     }
 
     /// Claims up to `max` jobs from the back of the first queue that has
@@ -425,7 +458,7 @@ impl WorkQueue {
 
     /// Claims the next job of worker `worker`, as [`WorkQueue::try_pop`].
     /// Waits while every queue is empty; `None` once the queue is stopped.
-    pub(crate) fn pop(&self, worker: usize, current: &mut Option<Arc<Chunk>>) -> Option<Claim> {
+    pub(crate) fn pop(&self, worker: usize, current: &mut Option<Current>) -> Option<Claim> {
         loop {
             let seen = self.pushed.generation();
             if self.stop.load(Ordering::Acquire) {
@@ -469,12 +502,10 @@ mod tests {
 
     /// The env of the next job worker `worker` claims (its current chunk
     /// kept as a worker keeps it).
-    fn pop(queue: &WorkQueue, worker: usize, current: &mut Option<Arc<Chunk>>) -> Option<usize> {
+    fn pop(queue: &WorkQueue, worker: usize, current: &mut Option<Current>) -> Option<usize> {
         let claim = queue.try_pop(worker, current)?;
         let env = claim.chunk.env(claim.index);
-        if claim.own {
-            *current = Some(claim.chunk);
-        }
+        *current = Some(claim.into_current());
         Some(env)
     }
 
@@ -533,6 +564,36 @@ mod tests {
         assert_eq!(pop(&queue, 0, &mut w0), None);
     }
 
+    /// A worker out of its own envs goes on claiming from the back of the
+    /// chunk it stole from (no lock), until something new is queued: then
+    /// its own queue comes first again.
+    #[test]
+    fn a_steal_goes_on_until_something_is_queued() {
+        let queue = WorkQueue::new(2, 8);
+        push(&queue, 0..8);
+        let mut w1 = None;
+        let taken: Vec<usize> = std::iter::from_fn(|| pop(&queue, 1, &mut w1))
+            .take(6)
+            .collect();
+        assert_eq!(taken, vec![4, 5, 6, 7, 3, 2]);
+        assert!(matches!(
+            &w1,
+            Some(Current {
+                stolen: Some(_),
+                ..
+            })
+        ));
+        push(&queue, 4..6);
+        assert_eq!(pop(&queue, 1, &mut w1), Some(4));
+        assert!(matches!(&w1, Some(Current { stolen: None, .. })));
+        assert_eq!(pop(&queue, 1, &mut w1), Some(5));
+        assert_eq!(pop(&queue, 1, &mut w1), Some(1));
+        let mut w0 = None;
+        assert_eq!(pop(&queue, 0, &mut w0), Some(0));
+        assert_eq!(pop(&queue, 0, &mut w0), None);
+        assert_eq!(pop(&queue, 1, &mut w1), None);
+    }
+
     /// A send out of env order makes one chunk per run of envs of one home;
     /// every job is claimed once, with its row and input.
     #[test]
@@ -546,9 +607,7 @@ mod tests {
         while let Some(claim) = queue.try_pop(0, &mut w0) {
             let job = claim.job();
             seen.push((job.env, job.input.map(|(_, row)| row)));
-            if claim.own {
-                w0 = Some(claim.chunk);
-            }
+            w0 = Some(claim.into_current());
         }
         assert_eq!(
             seen,

@@ -64,6 +64,7 @@ pub(super) fn sync_root(env: usize, cell: &mut Cell) -> bool {
 /// sent tensordict (unless the send wrote it into the env's input row). An input that cannot be copied (the send checked it, so
 /// only if the env changed its input buffer's keys) is the env's error.
 /// Returns whether it failed.
+#[inline]
 pub(super) fn prepare(job: &Job<'_>, cell: &mut Cell) -> bool {
     cell.op = job.op;
     cell.reset_with_input = false;
@@ -90,6 +91,7 @@ pub(super) fn prepare(job: &Job<'_>, cell: &mut Cell) -> bool {
 
 /// Runs one env's operation, catching a panic; records its error in the
 /// cell. Returns whether it failed.
+#[inline]
 pub(super) fn run_cell(env: usize, cell: &mut Cell) -> bool {
     let Cell {
         env: inner,
@@ -102,25 +104,27 @@ pub(super) fn run_cell(env: usize, cell: &mut Cell) -> bool {
         runner.run(&mut **inner, *op, *reset_with_input)
     }));
     let error = match outcome {
-        Ok(Ok(())) => None,
-        Ok(Err(pool_core::RunError { during, source })) => Some(ThreadError::Env {
+        Ok(Ok(())) => {
+            // (Not assigned when already `None`: the drop of the old one is
+            // a call.)
+            if cell.error.is_some() {
+                cell.error = None;
+            }
+            return false;
+        }
+        Ok(Err(pool_core::RunError { during, source })) => ThreadError::Env {
             env,
             name: cell.name.clone(),
             during,
             source,
-        }),
-        Err(payload) => Some(ThreadError::Panicked {
+        },
+        Err(payload) => ThreadError::Panicked {
             env,
             name: cell.name.clone(),
             during: cell.runner.during,
             message: pool_core::panic_message(&*payload),
-        }),
+        },
     };
-    let failed = error.is_some();
-    if failed || cell.error.is_some() {
-        // (Not assigned when both are `None`: the drop of the old one is a
-        // call.)
-        cell.error = error;
-    }
-    failed
+    cell.error = Some(error);
+    true
 }

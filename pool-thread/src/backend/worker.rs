@@ -16,7 +16,7 @@ use smallvec::SmallVec;
 
 use super::cell::{prepare, run_cell, sync_root, Cell};
 use super::Shared;
-use crate::queue::{Chunk, Job};
+use crate::queue::{Current, Job};
 
 /// A worker: claims its envs one at a time from its chunk (the others stay
 /// there, where another worker or a helping receiver can claim them), runs each,
@@ -29,8 +29,8 @@ use crate::queue::{Chunk, Job};
 /// longer than `RESCUE_AFTER` plus a receiver's nap (`RECEIVER_RESCAN`).
 pub(super) fn worker_loop(shared: &Shared, worker: usize) {
     let mut timing = StepTiming::new();
-    // The chunk of the worker's last own claim, claimed from without a lock.
-    let mut current: Option<std::sync::Arc<Chunk>> = None;
+    // The chunk of the worker's last claim, claimed from without a lock.
+    let mut current: Option<Current> = None;
     // How many results the current run publishes at once (`run_envs`).
     let mut run = 1;
     loop {
@@ -51,9 +51,7 @@ pub(super) fn worker_loop(shared: &Shared, worker: usize) {
         timing.start(job.op);
         let ran = run_only(shared, &job);
         timing.ran(&shared.env_nanos);
-        if claim.own {
-            current = Some(claim.chunk);
-        }
+        current = Some(claim.into_current());
         let mut held = lock(&shared.held[worker]);
         if held.is_empty() {
             // Relaxed: a hint for receivers, who read `held` under its lock.
