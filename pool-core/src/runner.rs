@@ -99,6 +99,7 @@ impl Runner {
     /// result lands in `root` (reset), `next` (step), or both
     /// (step-and-maybe-reset: a batched env resets the rows its done flags
     /// name, through a `"_reset"` mask, as [`Env::step_and_maybe_reset`]).
+    #[inline]
     pub fn run(&mut self, env: &mut dyn Env, op: Op, with_input: bool) -> Result<(), RunError> {
         let reset = |e| RunError {
             during: "reset",

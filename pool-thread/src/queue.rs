@@ -391,6 +391,7 @@ impl WorkQueue {
     /// `current` (see [`Current`]), else from the front of the first chunk
     /// of its own queue that has any, else from the back of another queue's
     /// last. `None` if nothing is queued or the queue is stopped.
+    #[inline]
     pub(crate) fn try_pop(&self, worker: usize, current: &mut Option<Current>) -> Option<Claim> {
         if self.stop.load(Ordering::Acquire) {
             return None;
@@ -409,6 +410,12 @@ impl WorkQueue {
                 }
             }
         }
+        self.claim_queued(worker)
+    }
+
+    /// [`WorkQueue::try_pop`] past the current chunk: the first chunk of
+    /// the worker's own queue with a job left, else the back of another's.
+    fn claim_queued(&self, worker: usize) -> Option<Claim> {
         // Read before the queues are: a push after it ends the steal.
         let pushed = self.pushed.generation();
         let n = self.queues.len();
