@@ -353,6 +353,14 @@ impl ThreadBackend {
         self.shared.phases.is_done(env)
     }
 
+    /// [`ThreadBackend::ready_among`] of a range of envs, in one pass over
+    /// their phases.
+    #[doc(hidden)]
+    #[inline]
+    pub fn ready_in(&self, envs: std::ops::Range<usize>, ready: &mut Vec<usize>) -> bool {
+        self.shared.phases.done_in(envs, ready)
+    }
+
     /// Appends to `ready` those of `envs` whose result (or error) is
     /// waiting to be taken, as [`ThreadBackend::is_done`] for each; returns
     /// whether any of them failed (one look at each env's phase tells both).

@@ -106,6 +106,12 @@ impl Dispatch {
         }
     }
 
+    /// Whether a receiver may run queued envs itself ([`Dispatch::help`]):
+    /// threads only.
+    pub(crate) fn helps(&self) -> bool {
+        matches!(self, Dispatch::Threads(_))
+    }
+
     /// Runs a chunk of queued envs in the calling thread (threads only);
     /// returns how many it ran.
     pub(crate) fn help(&self) -> usize {
@@ -145,6 +151,14 @@ impl Dispatch {
     ) -> bool {
         match self {
             Dispatch::Threads(b) => b.ready_among(envs, ready),
+            Dispatch::Procs(b) => b.ready_among(envs, ready),
+        }
+    }
+
+    /// [`Dispatch::ready_among`] of a range of envs.
+    pub(crate) fn ready_in(&self, envs: std::ops::Range<usize>, ready: &mut Vec<usize>) -> bool {
+        match self {
+            Dispatch::Threads(b) => b.ready_in(envs, ready),
             Dispatch::Procs(b) => b.ready_among(envs, ready),
         }
     }

@@ -32,6 +32,8 @@ impl AsyncEnvPool {
         let backend = self.backend();
         let batch_state = EnvState::InFlight { op, per_env: false };
         let mut ready = Vec::new();
+        // Whether the receive has helped yet (see below).
+        let mut helped = false;
         loop {
             // Read before the book: a result or a wake-up after this point
             // ends the wait below.
@@ -53,12 +55,31 @@ impl AsyncEnvPool {
                     in_flight,
                 });
             }
+            // Every env not idle is one whose result this receive must
+            // have (a synchronous step, or a receive of all in flight): it
+            // runs queued envs itself rather than wait for a worker, since
+            // it cannot return before they are done anyway. (Envs another
+            // thread sends meanwhile may be among those it runs: chunks
+            // are small, of quick envs, and it looks again after as many
+            // as it waits for.)
+            let may_help = backend.helps()
+                && deadline.is_none()
+                && recv.min_get == in_flight
+                && book.busy == in_flight;
+            if may_help && !helped {
+                // Before its first look at the envs (a load each): they
+                // were most likely just sent.
+                helped = true;
+                drop(book);
+                self.help(in_flight);
+                continue;
+            }
             ready.clear();
             ready.reserve(in_flight);
             let any_failed = if in_flight == book.num_envs() {
                 // Every env is in flight for this receive (a send to all):
                 // no state to look at.
-                backend.ready_among(0..in_flight, &mut ready)
+                backend.ready_in(0..in_flight, &mut ready)
             } else {
                 let candidates = (0..book.num_envs()).filter(|&env| book.state(env) == batch_state);
                 backend.ready_among(candidates, &mut ready)
@@ -102,33 +123,9 @@ impl AsyncEnvPool {
                     min_get: recv.min_get,
                 });
             }
-            // Every env not idle is one whose result this receive must
-            // have (a synchronous step, or a receive of all in flight): it
-            // runs queued envs itself rather than wait for a worker, since
-            // it cannot return before they are done anyway. (Envs another
-            // thread sends meanwhile may be among those it runs: chunks
-            // are small, of quick envs, and it looks again after as many
-            // as it waits for.)
-            let may_help =
-                deadline.is_none() && recv.min_get == in_flight && book.busy == in_flight;
             drop(book);
-            if may_help {
-                let mut ran = backend.help();
-                if ran > 0 {
-                    // It looks at the results again once it has run as
-                    // many envs as it still waits for (or none is queued),
-                    // not after each chunk: a look at every env costs more
-                    // than a chunk of quick envs. (Bounded: envs another
-                    // thread sends meanwhile count too.)
-                    let waiting = in_flight - ready.len();
-                    while ran < waiting {
-                        match backend.help() {
-                            0 => break,
-                            more => ran += more,
-                        }
-                    }
-                    continue;
-                }
+            if may_help && self.help(in_flight - ready.len()) > 0 {
+                continue;
             }
             // At least this many more results must be published before the
             // batch can be complete.
@@ -141,6 +138,28 @@ impl AsyncEnvPool {
                 return Err(PoolError::Interrupted);
             }
             backend.wait(ticket, needed, interrupt::wake_by(deadline), start);
+        }
+    }
+
+    /// Runs queued envs in the calling thread ([`Dispatch::help`]) until it
+    /// has run `waiting` (the results its receive still waits for) or none
+    /// is queued; returns how many it ran. It looks at the results again
+    /// after as many as it waits for, not after each chunk: a look at every
+    /// env costs more than a chunk of quick envs. (Bounded: envs another
+    /// thread sends meanwhile count too.)
+    ///
+    /// [`Dispatch::help`]: crate::dispatch::Dispatch::help
+    fn help(&self, waiting: usize) -> usize {
+        let backend = self.backend();
+        let mut ran = 0;
+        loop {
+            match backend.help() {
+                0 => return ran,
+                more => ran += more,
+            }
+            if ran >= waiting {
+                return ran;
+            }
         }
     }
 
