@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use pool_core::Op;
+use smallvec::SmallVec;
 
 use super::book::{EnvState, Taken, TakenEnv};
 use super::AsyncEnvPool;
@@ -109,9 +110,7 @@ impl AsyncEnvPool {
                 if ready.len() > limit {
                     // The oldest results first (as a completion queue gives
                     // them), then in env order.
-                    ready.sort_by_key(|&env| backend.published(env));
-                    ready.truncate(limit);
-                    ready.sort_unstable();
+                    keep_oldest(&mut ready, limit, |env| backend.published(env));
                 }
                 return Ok(book.take(op, ready));
             }
@@ -209,6 +208,61 @@ impl AsyncEnvPool {
                 return Err(PoolError::Interrupted);
             }
             backend.wait(ticket, 1, interrupt::wake_by(deadline), start);
+        }
+    }
+}
+
+/// Keeps the `limit` (at least one) of `ready` (envs in ascending order)
+/// published first (`published`: a generation, smaller is older), the lower
+/// env first among those published together, in ascending order: what a
+/// stable sort by generation, cut to `limit` and sorted by env again keeps,
+/// in two passes and one selection.
+fn keep_oldest(ready: &mut Vec<usize>, limit: usize, published: impl Fn(usize) -> u64) {
+    if ready.len() <= limit {
+        return;
+    }
+    let mut ages: SmallVec<[u64; 64]> = SmallVec::with_capacity(ready.len());
+    for &env in ready.iter() {
+        ages.push(published(env));
+    }
+    let mut sorted = ages.clone();
+    // The age of the last one kept: those older are all kept, then those of
+    // that age in env order until `limit`.
+    let cut = *sorted.select_nth_unstable(limit.max(1) - 1).1;
+    let mut ties = limit - ages.iter().filter(|&&age| age < cut).count();
+    let mut ages = ages.into_iter();
+    ready.retain(|_| match ages.next() {
+        Some(age) if age < cut => true,
+        Some(age) if age == cut && ties > 0 => {
+            ties -= 1;
+            true
+        }
+        _ => false,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keep_oldest;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The oldest results are kept as a stable sort by age would keep
+        /// them, in env order.
+        #[test]
+        fn the_oldest_are_kept_as_a_stable_sort_keeps_them(
+            ages in proptest::collection::vec(0u64..6, 1..80),
+            limit in 1usize..90,
+        ) {
+            let envs: Vec<usize> = (0..ages.len()).map(|env| env * 3).collect();
+            let age = |env: usize| ages[env / 3];
+            let mut expected = envs.clone();
+            expected.sort_by_key(|&env| age(env));
+            expected.truncate(limit);
+            expected.sort_unstable();
+            let mut kept = envs;
+            keep_oldest(&mut kept, limit, age);
+            prop_assert_eq!(kept, expected);
         }
     }
 }
