@@ -41,8 +41,7 @@ impl Outputs {
         truncated: bool,
     ) -> Result<(), EnvError> {
         self.write_observation(next, observation)?;
-        next.tensor_mut_by(&mut self.reward)?
-            .as_mut_slice::<f32>()?[0] = reward;
+        next.tensor_mut_by(&mut self.reward)?.fill(reward)?;
         self.write_flags(next, terminated, truncated)
     }
 
@@ -76,11 +75,13 @@ impl Outputs {
         terminated: bool,
         truncated: bool,
     ) -> Result<(), EnvError> {
-        td.tensor_mut_by(&mut self.done)?.as_mut_slice::<bool>()?[0] = terminated || truncated;
-        td.tensor_mut_by(&mut self.terminated)?
-            .as_mut_slice::<bool>()?[0] = terminated;
-        td.tensor_mut_by(&mut self.truncated)?
-            .as_mut_slice::<bool>()?[0] = truncated;
+        // Written without reading (`fill`): a bool slice would check the
+        // old bytes, a load of the cache line that the other envs' flags
+        // share, which another core may have just written.
+        td.tensor_mut_by(&mut self.done)?
+            .fill(terminated || truncated)?;
+        td.tensor_mut_by(&mut self.terminated)?.fill(terminated)?;
+        td.tensor_mut_by(&mut self.truncated)?.fill(truncated)?;
         Ok(())
     }
 }

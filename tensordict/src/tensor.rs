@@ -553,6 +553,38 @@ impl Tensor {
         }
     }
 
+    /// Sets every element to `value` (copy on write if shared); an error if
+    /// `T` is not the dtype. Unlike a write through
+    /// [`Tensor::as_mut_slice`], it reads none of the old elements (a
+    /// `bool` slice checks each byte first): an env that writes its flags
+    /// into a row of a batch that other threads' envs write beside it does
+    /// not wait for the cache line to come back before it writes.
+    ///
+    /// ```
+    /// use tensordict::{DType, Tensor};
+    /// # fn main() -> Result<(), tensordict::TensorDictError> {
+    /// let mut done = Tensor::zeros(DType::Bool, &[2]);
+    /// done.fill(true)?;
+    /// assert_eq!(done.to_vec::<bool>()?, vec![true, true]);
+    /// assert!(done.fill(1.0f32).is_err());
+    /// # Ok(()) }
+    /// ```
+    #[inline]
+    pub fn fill<T: Element>(&mut self, value: T) -> Result<(), TensorDictError> {
+        self.check_dtype::<T>()?;
+        let one = T::bytes(std::slice::from_ref(&value));
+        let bytes = self.bytes_mut();
+        if bytes.len() == std::mem::size_of::<T>() {
+            // One element (a flag, a reward): one store.
+            bytes.copy_from_slice(one);
+        } else {
+            for element in bytes.chunks_exact_mut(one.len()) {
+                element.copy_from_slice(one);
+            }
+        }
+        Ok(())
+    }
+
     /// Copies the elements of `src`, which must have the same dtype and
     /// shape, into this tensor (copy on write if shared).
     pub fn copy_from(&mut self, src: &Tensor) -> Result<(), TensorDictError> {

@@ -153,6 +153,12 @@ impl TensorMut<'_> {
         self.0.as_mut_slice()
     }
 
+    /// See [`Tensor::fill`].
+    #[inline]
+    pub fn fill<T: crate::Element>(&mut self, value: T) -> Result<(), TensorDictError> {
+        self.0.fill(value)
+    }
+
     /// See [`Tensor::bytes_mut`].
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.0.bytes_mut()
