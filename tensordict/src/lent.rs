@@ -130,6 +130,32 @@ impl RowBlock {
         }
     }
 
+    /// Copies row `rows[j]` (rows of `n` bytes) into `dst[j * n..]` for
+    /// every `j`: [`RowBlock::copy_rows`] of `rows` in order, the rows
+    /// checked by the caller, once for every column (a batch of a few envs'
+    /// rows out of many costs a move per row and column, and little else).
+    ///
+    /// # Panics
+    /// If `dst` holds fewer than `rows.len()` rows.
+    ///
+    /// # Safety
+    /// Every row of `rows` is a row of the block (`row * n + n` at most its
+    /// length), and nothing writes the rows copied during the call.
+    #[allow(unsafe_code)]
+    #[inline]
+    pub(crate) unsafe fn gather_rows(&self, n: usize, rows: &[usize], dst: &mut [u8]) {
+        // SAFETY: as in `copy_rows`; every row in the block (the caller's
+        // promise).
+        unsafe {
+            gather_rows(
+                n,
+                rows,
+                (self.ptr.as_ptr().cast::<u8>(), self.len),
+                (dst.as_mut_ptr(), dst.len()),
+            );
+        }
+    }
+
     /// Writes `src[from * n..]` into row `row` (rows of `n` bytes) for every
     /// `(row, from)` of `picks`: [`RowBlock::copy_rows`] the other way.
     ///
@@ -210,6 +236,59 @@ unsafe fn move_rows(
             8 => run::<8>(n, picks, src, dst),
             16 => run::<16>(n, picks, src, dst),
             _ => run::<0>(n, picks, src, dst),
+        }
+    }
+}
+
+/// Copies rows of `n` bytes from `src` (a pointer and its length in bytes)
+/// to `dst`: row `rows[j]` to place `j` for every `j`, the sizes of a small
+/// row as fixed-size moves: [`move_rows`] of `rows` in order, with one
+/// check of the room for all of them.
+///
+/// # Panics
+/// If `dst` holds fewer than `rows.len()` rows.
+///
+/// # Safety
+/// As [`move_rows`], and every row of `rows` ends inside `src`.
+#[allow(unsafe_code)]
+#[inline]
+unsafe fn gather_rows(n: usize, rows: &[usize], src: (*const u8, usize), dst: (*mut u8, usize)) {
+    /// `N` bytes a row (`N == 0`: `n`).
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn run<const N: usize>(
+        n: usize,
+        rows: &[usize],
+        (src, len): (*const u8, usize),
+        (dst, room): (*mut u8, usize),
+    ) {
+        let n = if N == 0 { n } else { N };
+        if n == 0 {
+            return;
+        }
+        debug_assert!(rows.iter().all(|&row| row < len / n));
+        assert!(
+            rows.len() <= room / n,
+            "{} rows, their places inside the destination",
+            rows.len()
+        );
+        for (to, &from) in rows.iter().enumerate() {
+            // SAFETY: both ranges in bounds (every row inside the source:
+            // the caller's promise; every place inside the destination:
+            // asserted above), not overlapping and not otherwise accessed
+            // (the caller's promise).
+            unsafe { std::ptr::copy_nonoverlapping(src.add(from * n), dst.add(to * n), n) };
+        }
+    }
+    // SAFETY: the caller's promises, passed on (every row inside `src`).
+    unsafe {
+        match n {
+            1 => run::<1>(n, rows, src, dst),
+            2 => run::<2>(n, rows, src, dst),
+            4 => run::<4>(n, rows, src, dst),
+            8 => run::<8>(n, rows, src, dst),
+            16 => run::<16>(n, rows, src, dst),
+            _ => run::<0>(n, rows, src, dst),
         }
     }
 }
@@ -689,9 +768,8 @@ impl LentRows {
                 }
             } else if !mixed {
                 // Every row from one batch (this one, or `other` for all).
-                let all = rows.iter().copied().enumerate();
                 // SAFETY: as above.
-                unsafe { block_of(others != 0).copy_rows(n, all, bytes) };
+                unsafe { block_of(others != 0).gather_rows(n, rows, bytes) };
             } else {
                 // SAFETY: as above.
                 unsafe { block_of(false).copy_rows(n, picks[0].iter().copied(), bytes) };
@@ -1264,6 +1342,57 @@ mod tests {
                 }
             }
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+
+    /// A gather of any rows, in any order, of leaves of every row size
+    /// (one byte, the fixed sizes, others) holds each row's values in its
+    /// place, as the rows' own views hold them.
+    #[allow(unsafe_code)]
+    #[test]
+    fn a_gather_of_any_rows_holds_their_values() {
+        use proptest::prelude::*;
+        let mut batch = TensorDict::new(&[6]);
+        let leaves: [(&str, DType, &[usize]); 6] = [
+            ("flag", DType::Bool, &[6, 1]),
+            ("half", DType::I16, &[6, 1]),
+            ("reward", DType::F32, &[6, 1]),
+            ("obs", DType::F32, &[6, 3]),
+            ("big", DType::F64, &[6, 2]),
+            ("wide", DType::U8, &[6, 40]),
+        ];
+        for (key, dtype, shape) in leaves {
+            batch.set(key, Tensor::zeros(dtype, shape)).unwrap();
+        }
+        let (rows, mut views) = LentRows::lend(&batch).unwrap();
+        // `proptest!`'s body is a `Fn`.
+        let rows = std::cell::RefCell::new(rows);
+        for (row, view) in views.iter_mut().enumerate() {
+            for (key, ..) in leaves {
+                let mut t = view.tensor_mut(key).unwrap();
+                let bytes = t.bytes_mut();
+                let n = bytes.len();
+                for (i, byte) in bytes.iter_mut().enumerate() {
+                    // Bools hold 0 or 1; every other byte tells its row.
+                    *byte = if n == 1 {
+                        (row % 2) as u8
+                    } else {
+                        (row * 50 + i) as u8
+                    };
+                }
+            }
+        }
+        proptest!(|(picked in proptest::collection::vec(0usize..6, 1..10))| {
+            // SAFETY: no view is in use during the gather.
+            let out = unsafe { rows.borrow_mut().gather(&picked) };
+            for (key, ..) in leaves {
+                let got = out.tensor(key).unwrap();
+                let n = got.nbytes() / picked.len();
+                for (j, &row) in picked.iter().enumerate() {
+                    let want = views[row].tensor(key).unwrap().as_bytes().to_vec();
+                    prop_assert_eq!(&got.as_bytes()[j * n..(j + 1) * n], &want[..], "{} row {}", key, row);
+                }
+            }
         });
     }
 
