@@ -185,7 +185,7 @@ impl RowBlock {
 
 /// Copies rows of `n` bytes from `src` (a pointer and its length in bytes)
 /// to `dst`: row `from` to place `to` for every `(to, from)` of `picks`,
-/// the sizes of a small row as fixed-size moves.
+/// each checked against both sides: [`move_unchecked`].
 ///
 /// # Panics
 /// If a row ends past its side.
@@ -199,8 +199,72 @@ impl RowBlock {
 unsafe fn move_rows(
     n: usize,
     picks: impl Iterator<Item = (usize, usize)>,
-    src: (*const u8, usize),
-    dst: (*mut u8, usize),
+    (src, len): (*const u8, usize),
+    (dst, room): (*mut u8, usize),
+) {
+    if n == 0 {
+        return;
+    }
+    // How many whole rows each side holds: one comparison a row below.
+    let (rows_in_src, rows_in_dst) = (len / n, room / n);
+    let checked = picks.inspect(|&(to, from)| {
+        assert!(
+            from < rows_in_src && to < rows_in_dst,
+            "row {from} inside the source, its place {to} inside the destination"
+        );
+    });
+    // SAFETY: every row in bounds of its side (just asserted); the rest is
+    // the caller's promise.
+    unsafe { move_unchecked(n, checked, src, dst) };
+}
+
+/// Copies row `rows[j]` (rows of `n` bytes) from `src` (a pointer and its
+/// length) to place `j` of `dst`: [`move_rows`] of `rows` in order, with
+/// one check of the room for all of them (the rows' own checked by the
+/// caller, once for every column).
+///
+/// # Panics
+/// If `dst` holds fewer than `rows.len()` rows.
+///
+/// # Safety
+/// As [`move_rows`], and every row of `rows` ends inside `src`.
+#[allow(unsafe_code)]
+#[inline]
+unsafe fn gather_rows(
+    n: usize,
+    rows: &[usize],
+    (src, len): (*const u8, usize),
+    (dst, room): (*mut u8, usize),
+) {
+    if n == 0 {
+        return;
+    }
+    debug_assert!(rows.iter().all(|&row| row < len / n));
+    assert!(
+        rows.len() <= room / n,
+        "{} rows, their places inside the destination",
+        rows.len()
+    );
+    // SAFETY: every row inside the source (the caller's promise), every
+    // place inside the destination (asserted above); the rest is the
+    // caller's promise.
+    unsafe { move_unchecked(n, rows.iter().copied().enumerate(), src, dst) };
+}
+
+/// Copies rows of `n` bytes (nonzero) from `src` to `dst`: row `from` to
+/// place `to` for every `(to, from)` of `picks`, the sizes of a small row
+/// as fixed-size moves.
+///
+/// # Safety
+/// Every row and place is in bounds of its side; as [`move_rows`] for the
+/// rest.
+#[allow(unsafe_code)]
+#[inline]
+unsafe fn move_unchecked(
+    n: usize,
+    picks: impl Iterator<Item = (usize, usize)>,
+    src: *const u8,
+    dst: *mut u8,
 ) {
     /// `N` bytes a row (`N == 0`: `n`).
     #[inline(always)]
@@ -208,26 +272,17 @@ unsafe fn move_rows(
     unsafe fn run<const N: usize>(
         n: usize,
         picks: impl Iterator<Item = (usize, usize)>,
-        (src, len): (*const u8, usize),
-        (dst, room): (*mut u8, usize),
+        src: *const u8,
+        dst: *mut u8,
     ) {
         let n = if N == 0 { n } else { N };
-        if n == 0 {
-            return;
-        }
-        // How many whole rows each side holds: one comparison a row below.
-        let (rows_in_src, rows_in_dst) = (len / n, room / n);
         for (to, from) in picks {
-            assert!(
-                from < rows_in_src && to < rows_in_dst,
-                "row {from} inside the source, its place {to} inside the destination"
-            );
-            // SAFETY: both ranges in bounds (just asserted), not overlapping
-            // and not otherwise accessed (the caller's promise).
+            // SAFETY: both ranges in bounds, not overlapping and not
+            // otherwise accessed (the caller's promise).
             unsafe { std::ptr::copy_nonoverlapping(src.add(from * n), dst.add(to * n), n) };
         }
     }
-    // SAFETY: the caller's promise, passed on; bounds asserted.
+    // SAFETY: the caller's promise, passed on.
     unsafe {
         match n {
             1 => run::<1>(n, picks, src, dst),
@@ -240,55 +295,46 @@ unsafe fn move_rows(
     }
 }
 
-/// Copies rows of `n` bytes from `src` (a pointer and its length in bytes)
-/// to `dst`: row `rows[j]` to place `j` for every `j`, the sizes of a small
-/// row as fixed-size moves: [`move_rows`] of `rows` in order, with one
-/// check of the room for all of them.
-///
-/// # Panics
-/// If `dst` holds fewer than `rows.len()` rows.
-///
-/// # Safety
-/// As [`move_rows`], and every row of `rows` ends inside `src`.
-#[allow(unsafe_code)]
-#[inline]
-unsafe fn gather_rows(n: usize, rows: &[usize], src: (*const u8, usize), dst: (*mut u8, usize)) {
-    /// `N` bytes a row (`N == 0`: `n`).
-    #[inline(always)]
+impl RowBlock {
+    /// Writes `src[j * n..]` into row `rows[j]` (rows of `n` bytes) for
+    /// every `j`: [`RowBlock::gather_rows`] the other way, the rows checked
+    /// by the caller, once for every column.
+    ///
+    /// # Panics
+    /// If `src` holds fewer than `rows.len()` rows.
+    ///
+    /// # Safety
+    /// Every row of `rows` is a row of the block, nothing else reads or
+    /// writes the rows written during the call, and `src` is not in this
+    /// block.
     #[allow(unsafe_code)]
-    unsafe fn run<const N: usize>(
+    #[inline]
+    unsafe fn scatter_rows(
+        &self,
         n: usize,
-        rows: &[usize],
-        (src, len): (*const u8, usize),
-        (dst, room): (*mut u8, usize),
+        rows: impl ExactSizeIterator<Item = usize>,
+        src: &[u8],
     ) {
-        let n = if N == 0 { n } else { N };
         if n == 0 {
             return;
         }
-        debug_assert!(rows.iter().all(|&row| row < len / n));
         assert!(
-            rows.len() <= room / n,
-            "{} rows, their places inside the destination",
-            rows.len()
+            rows.len() <= src.len() / n,
+            "{} rows to write, from a source of {} bytes, {n} a row",
+            rows.len(),
+            src.len()
         );
-        for (to, &from) in rows.iter().enumerate() {
-            // SAFETY: both ranges in bounds (every row inside the source:
-            // the caller's promise; every place inside the destination:
-            // asserted above), not overlapping and not otherwise accessed
-            // (the caller's promise).
-            unsafe { std::ptr::copy_nonoverlapping(src.add(from * n), dst.add(to * n), n) };
-        }
-    }
-    // SAFETY: the caller's promises, passed on (every row inside `src`).
-    unsafe {
-        match n {
-            1 => run::<1>(n, rows, src, dst),
-            2 => run::<2>(n, rows, src, dst),
-            4 => run::<4>(n, rows, src, dst),
-            8 => run::<8>(n, rows, src, dst),
-            16 => run::<16>(n, rows, src, dst),
-            _ => run::<0>(n, rows, src, dst),
+        let picks = rows.enumerate().map(|(from, to)| {
+            debug_assert!(to < self.len / n);
+            (to, from)
+        });
+        // SAFETY: every row inside the block (the caller's promise), every
+        // source row inside `src` (asserted above); the block was allocated
+        // writable (`Box::into_raw`), its rows written are accessed by
+        // nothing else and `src` is readable and not in the block (the
+        // caller's promises).
+        unsafe {
+            move_unchecked(n, picks, src.as_ptr(), self.ptr.as_ptr().cast::<u8>());
         }
     }
 }
@@ -841,6 +887,14 @@ impl LentRows {
             every || picks.iter().all(|&(row, _)| row < self.rows),
             "a row out of range"
         );
+        // Whether row `j` comes from row `j` of `src`, for every `j` (a
+        // send of a batch to some envs): then a column of `src` fits when
+        // its last row does, and its rows are moved with one check.
+        let in_order = every
+            || picks
+                .iter()
+                .enumerate()
+                .all(|(j, &(_, from))| from == Some(j));
         for column in &self.columns {
             let t = match src.get(&column.key) {
                 Some(Entry::Tensor(t)) => t,
@@ -870,9 +924,14 @@ impl LentRows {
                 Some(from) => src_rows.is_some_and(|rows| from < rows),
                 None => is_row,
             };
-            // Every row in order fits when the last one does (one check,
-            // not one per row).
-            let all_fit = every && t.dtype() == column.dtype && fits(Some(self.rows - 1));
+            // Rows read in order fit when the last one does (one check, not
+            // one per row).
+            let all_fit = in_order
+                && t.dtype() == column.dtype
+                && picks
+                    .len()
+                    .checked_sub(1)
+                    .is_none_or(|last| fits(Some(last)));
             let misfit = if all_fit {
                 None
             } else {
@@ -909,6 +968,11 @@ impl LentRows {
                 // caller's promise); `bytes` is not in the block (copied
                 // out above if it was) and as long as the block's rows.
                 unsafe { column.block.bytes_mut(0, self.rows * n) }.copy_from_slice(bytes);
+            } else if in_order {
+                let rows = picks.iter().map(|&(row, _)| row);
+                // SAFETY: the rows written are in range (asserted), and not
+                // in use (the caller's promise); `bytes` is not in the block.
+                unsafe { column.block.scatter_rows(n, rows, bytes) };
             } else {
                 let picks = picks.iter().map(|&(row, from)| (row, from.unwrap_or(0)));
                 // SAFETY: the rows written are in range (asserted), and not
@@ -1391,6 +1455,79 @@ mod tests {
                 for (j, &row) in picked.iter().enumerate() {
                     let want = views[row].tensor(key).unwrap().as_bytes().to_vec();
                     prop_assert_eq!(&got.as_bytes()[j * n..(j + 1) * n], &want[..], "{} row {}", key, row);
+                }
+            }
+        });
+    }
+
+    /// Rows written from a batch, its rows in order or any of them, land
+    /// in the rows named, each with its source row's values; the others
+    /// keep theirs.
+    #[allow(unsafe_code)]
+    #[test]
+    fn rows_written_from_any_rows_of_a_batch_land_in_theirs() {
+        use proptest::prelude::*;
+        let shapes: [(&str, DType, usize); 3] = [
+            ("flag", DType::Bool, 1),
+            ("action", DType::I64, 1),
+            ("obs", DType::F32, 3),
+        ];
+        let batch_of = |rows: usize, base: usize| {
+            let mut td = TensorDict::new(&[rows]);
+            for (key, dtype, width) in shapes {
+                let mut t = Tensor::zeros(dtype, &[rows, width]);
+                let n = t.nbytes() / rows.max(1);
+                for (i, byte) in t.bytes_mut().iter_mut().enumerate() {
+                    let row = i / n.max(1);
+                    *byte = if dtype == DType::Bool {
+                        ((row + base) % 2) as u8
+                    } else {
+                        (base + i) as u8
+                    };
+                }
+                td.set(key, t).unwrap();
+            }
+            td
+        };
+        let (rows, views) = LentRows::lend(&batch_of(8, 0)).unwrap();
+        let rows = std::cell::RefCell::new(rows);
+        proptest!(|(
+            targets in proptest::sample::subsequence((0..8usize).collect::<Vec<_>>(), 0..8),
+            shuffle in any::<u64>(),
+            in_order in any::<bool>(),
+        )| {
+            let src = batch_of(8, 100);
+            let mut targets = targets;
+            // Any order of the rows written.
+            let len = targets.len();
+            for i in (1..len).rev() {
+                targets.swap(i, (shuffle as usize).wrapping_mul(i + 7) % (i + 1));
+            }
+            let picks: Vec<(usize, Option<usize>)> = targets
+                .iter()
+                .enumerate()
+                .map(|(j, &row)| (row, Some(if in_order { j } else { (j * 5 + 3) % 8 })))
+                .collect();
+            let bytes_of = |td: &TensorDict, key: &str| td.tensor(key).unwrap().as_bytes().to_vec();
+            let before: Vec<Vec<Vec<u8>>> = views
+                .iter()
+                .map(|view| shapes.iter().map(|&(key, ..)| bytes_of(view, key)).collect())
+                .collect();
+            // SAFETY: no view is in use (one thread).
+            unsafe { rows.borrow().write_rows_from(&src, &picks) }.unwrap();
+            for row in 0..8 {
+                let from = picks.iter().find(|&&(to, _)| to == row).map(|&(_, from)| from.unwrap());
+                for (k, (key, ..)) in shapes.into_iter().enumerate() {
+                    let got = bytes_of(&views[row], key);
+                    let want = match from {
+                        Some(from) => {
+                            let t = src.tensor(key).unwrap();
+                            let n = t.nbytes() / 8;
+                            t.as_bytes()[from * n..(from + 1) * n].to_vec()
+                        }
+                        None => before[row][k].clone(),
+                    };
+                    prop_assert_eq!(got, want, "{} row {}", key, row);
                 }
             }
         });
