@@ -9,6 +9,7 @@ use envs::EnvSpecs;
 use pool_core::{Op, Output};
 use pool_proc::ProcBackend;
 use pool_thread::ThreadBackend;
+use smallvec::SmallVec;
 use tensordict::TensorDict;
 
 use crate::PoolError;
@@ -171,10 +172,17 @@ impl Dispatch {
         }
     }
 
-    pub(crate) fn published(&self, env: usize) -> u64 {
+    /// When each of `envs` (done) was published ([`Dispatch::published`]),
+    /// appended to `out` in their order.
+    pub(crate) fn published_of<const N: usize>(
+        &self,
+        envs: &[usize],
+        out: &mut SmallVec<[u64; N]>,
+    ) {
+        out.reserve(envs.len());
         match self {
-            Dispatch::Threads(b) => b.published(env),
-            Dispatch::Procs(b) => b.published(env),
+            Dispatch::Threads(b) => out.extend(envs.iter().map(|&env| b.published(env))),
+            Dispatch::Procs(b) => out.extend(envs.iter().map(|&env| b.published(env))),
         }
     }
 

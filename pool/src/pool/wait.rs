@@ -110,7 +110,9 @@ impl AsyncEnvPool {
                 if ready.len() > limit {
                     // The oldest results first (as a completion queue gives
                     // them), then in env order.
-                    keep_oldest(&mut ready, limit, |env| backend.published(env));
+                    let mut ages: SmallVec<[u64; 64]> = SmallVec::new();
+                    backend.published_of(&ready, &mut ages);
+                    keep_oldest(&mut ready, limit, &ages);
                 }
                 return Ok(book.take(op, ready));
             }
@@ -213,32 +215,67 @@ impl AsyncEnvPool {
 }
 
 /// Keeps the `limit` (at least one) of `ready` (envs in ascending order)
-/// published first (`published`: a generation, smaller is older), the lower
-/// env first among those published together, in ascending order: what a
-/// stable sort by generation, cut to `limit` and sorted by env again keeps,
-/// in two passes and one selection.
-fn keep_oldest(ready: &mut Vec<usize>, limit: usize, published: impl Fn(usize) -> u64) {
+/// published first (`ages[j]`: when `ready[j]` was, a generation, smaller
+/// is older), the lower env first among those published together, in
+/// ascending order: what a stable sort by generation, cut to `limit` and
+/// sorted by env again keeps, in two passes.
+fn keep_oldest(ready: &mut Vec<usize>, limit: usize, ages: &[u64]) {
+    let limit = limit.max(1);
     if ready.len() <= limit {
         return;
     }
-    let mut ages: SmallVec<[u64; 64]> = SmallVec::with_capacity(ready.len());
-    for &env in ready.iter() {
-        ages.push(published(env));
-    }
-    let mut sorted = ages.clone();
-    // The age of the last one kept: those older are all kept, then those of
-    // that age in env order until `limit`.
-    let cut = *sorted.select_nth_unstable(limit.max(1) - 1).1;
-    let mut ties = limit - ages.iter().filter(|&&age| age < cut).count();
-    let mut ages = ages.into_iter();
-    ready.retain(|_| match ages.next() {
-        Some(age) if age < cut => true,
-        Some(age) if age == cut && ties > 0 => {
-            ties -= 1;
-            true
+    // The generation of the last one kept, and how many older ones there
+    // are: those are all kept, then those of that generation in env order
+    // until `limit`.
+    let (cut, older) = cut_off(ages, limit);
+    let mut ties = limit - older;
+    // In place: each env kept moves down to the end of those kept so far.
+    let mut kept = 0;
+    for (j, &age) in ages.iter().enumerate().take(ready.len()) {
+        let tie = age == cut && ties > 0;
+        ties -= usize::from(tie);
+        if age < cut || tie {
+            ready[kept] = ready[j];
+            kept += 1;
         }
-        _ => false,
-    });
+    }
+    ready.truncate(kept);
+}
+
+/// The `limit`-th smallest of `ages` (`limit` at most their number), and
+/// how many are smaller. A run of results shares one generation, so there
+/// are usually few: they are counted in a small table in one pass; with
+/// many, one selection.
+fn cut_off(ages: &[u64], limit: usize) -> (u64, usize) {
+    const FEW: usize = 8;
+    // (generation, how many), the first `len` in use.
+    let mut table = [(0u64, 0usize); FEW];
+    let mut len = 0;
+    'ages: for &age in ages {
+        for (seen, count) in &mut table[..len] {
+            if *seen == age {
+                *count += 1;
+                continue 'ages;
+            }
+        }
+        if len == FEW {
+            let mut sorted = ages.to_vec();
+            let cut = *sorted.select_nth_unstable(limit - 1).1;
+            return (cut, ages.iter().filter(|&&age| age < cut).count());
+        }
+        table[len] = (age, 1);
+        len += 1;
+    }
+    let table = &mut table[..len];
+    table.sort_unstable();
+    let mut older = 0;
+    for &(age, count) in &*table {
+        if older + count >= limit {
+            return (age, older);
+        }
+        older += count;
+    }
+    unreachable!("limit ({limit}) at most the {} ages", ages.len())
 }
 
 #[cfg(test)]
@@ -248,10 +285,14 @@ mod tests {
 
     proptest! {
         /// The oldest results are kept as a stable sort by age would keep
-        /// them, in env order.
+        /// them, in env order: of few ages (counted in the table) or many
+        /// (selected).
         #[test]
         fn the_oldest_are_kept_as_a_stable_sort_keeps_them(
-            ages in proptest::collection::vec(0u64..6, 1..80),
+            ages in prop_oneof![
+                proptest::collection::vec(0u64..6, 1..80),
+                proptest::collection::vec(0u64..1000, 1..80),
+            ],
             limit in 1usize..90,
         ) {
             let envs: Vec<usize> = (0..ages.len()).map(|env| env * 3).collect();
@@ -261,7 +302,7 @@ mod tests {
             expected.truncate(limit);
             expected.sort_unstable();
             let mut kept = envs;
-            keep_oldest(&mut kept, limit, age);
+            keep_oldest(&mut kept, limit, &ages);
             prop_assert_eq!(kept, expected);
         }
     }
