@@ -213,31 +213,19 @@ impl ThreadBackend {
                 .iter()
                 .enumerate()
                 .all(|(j, &(env, row))| env == j && row == Some(j));
-        // A send to every env claims them first (the claim is the check
-        // that each is idle), and gives them back if an input is wrong.
-        let mut claimed = None;
-        if every_env {
-            claimed = Some(
-                input_rows::claim(&self.shared.phases, jobs)
-                    .map_err(|env| ThreadError::Busy { env })?,
-            );
-        } else {
-            // One bit per env addressed.
-            let mut addressed = vec![0u64; self.num_envs().div_ceil(64)];
-            for &(env, _) in jobs {
-                if env >= self.num_envs() {
-                    return Err(ThreadError::NoSuchEnv {
-                        env,
-                        num_envs: self.num_envs(),
-                    });
-                }
-                let (word, bit) = (env / 64, 1u64 << (env % 64));
-                if addressed[word] & bit != 0 || !self.shared.phases.is_idle(env) {
-                    return Err(ThreadError::Busy { env });
-                }
-                addressed[word] |= bit;
+        if !every_env {
+            if let Some(&(env, _)) = jobs.iter().find(|&&(env, _)| env >= self.num_envs()) {
+                return Err(ThreadError::NoSuchEnv {
+                    env,
+                    num_envs: self.num_envs(),
+                });
             }
         }
+        // The envs are claimed first (the claim is the check that each is
+        // idle, and that none is addressed twice: its second claim fails),
+        // and given back if an input is wrong.
+        let claimed = input_rows::claim(&self.shared.phases, jobs)
+            .map_err(|env| ThreadError::Busy { env })?;
         // Every input is checked here, once per kind of env input buffer
         // (the rows of one send all have one layout), before anything is
         // queued; then written into the envs' input rows, or copied by the
@@ -252,20 +240,10 @@ impl ThreadBackend {
             } else {
                 jobs
             };
-        let checked_all = self.check_inputs(op, to_check, src, rows, &mut checked);
-        if let Err(err) = checked_all {
-            if let Some(claimed) = claimed {
-                claimed.give_back();
-            }
+        if let Err(err) = self.check_inputs(op, to_check, src, rows, &mut checked) {
+            claimed.give_back();
             return Err(err);
         }
-        // The envs become this send's (queued), or none does if another
-        // send took one meanwhile.
-        let claimed = match claimed {
-            Some(claimed) => claimed,
-            None => input_rows::claim(&self.shared.phases, jobs)
-                .map_err(|env| ThreadError::Busy { env })?,
-        };
         if let (Some(input_rows), Some(src)) = (&self.input_rows, src) {
             // The inputs straight into the rows the envs read (checked
             // above, so this cannot fail but for a bug).

@@ -239,6 +239,61 @@ fn a_send_to_every_env_is_checked_as_env_by_env() {
     collect(&backend, 3);
 }
 
+/// A send to some envs claims them first: an env out of range, addressed
+/// twice or busy, or a wrong input, fails the send and leaves every env as
+/// it was (none claimed, nothing queued).
+#[test]
+fn a_send_to_some_envs_is_checked_and_leaves_nothing_claimed() {
+    let factories: Vec<EnvFactory> = (0..4)
+        .map(|_| Box::new(|| Ok(Box::new(CountingEnv::new(0, 100)) as Box<dyn Env>)) as EnvFactory)
+        .collect();
+    let options = ThreadOptions::default().threads(1);
+    let backend = ThreadBackend::start(factories, &options, Rows::Batch).unwrap();
+    let every: Vec<(usize, Option<usize>)> = (0..4).map(|env| (env, Some(env))).collect();
+    backend.send(Op::Reset, &every, None).unwrap();
+    collect(&backend, 4);
+    let mut two = TensorDict::new(&[2]);
+    two.set("action", tensordict::Tensor::full(&[2, 1], 1i64))
+        .unwrap();
+    let idle = |backend: &ThreadBackend| (0..4).all(|env| backend.shared.phases.is_idle(env));
+
+    match backend.send(Op::Step, &[(1, Some(0)), (4, Some(1))], Some(&two)) {
+        Err(ThreadError::NoSuchEnv {
+            env: 4,
+            num_envs: 4,
+        }) => {}
+        other => panic!("expected env 4 out of range, got {other:?}"),
+    }
+    assert!(idle(&backend), "a failed send claims nothing");
+    match backend.send(Op::Step, &[(2, Some(0)), (2, Some(1))], Some(&two)) {
+        Err(ThreadError::Busy { env: 2 }) => {}
+        other => panic!("expected env 2 addressed twice, got {other:?}"),
+    }
+    assert!(idle(&backend), "a failed send claims nothing");
+    let mut floats = TensorDict::new(&[2]);
+    floats
+        .set("action", tensordict::Tensor::full(&[2, 1], 1.0f32))
+        .unwrap();
+    match backend.send(Op::Step, &[(3, Some(0)), (0, Some(1))], Some(&floats)) {
+        Err(ThreadError::Input { env: 3, .. }) => {}
+        other => panic!("expected env 3's input error, got {other:?}"),
+    }
+    assert!(idle(&backend), "a failed send claims nothing");
+
+    backend
+        .send(Op::Step, &[(3, Some(0)), (1, Some(1))], Some(&two))
+        .unwrap();
+    match backend.send(Op::Step, &[(0, Some(0)), (1, Some(1))], Some(&two)) {
+        Err(ThreadError::Busy { env: 1 }) => {}
+        other => panic!("expected env 1 busy, got {other:?}"),
+    }
+    assert!(backend.shared.phases.is_idle(0), "env 0 given back");
+    wait_done(&backend, &[1, 3]);
+    backend.release(1);
+    backend.release(3);
+    assert!(idle(&backend));
+}
+
 /// The envs' inputs are rows that a send writes in place (envs of one
 /// input layout): every env in order, some envs from other rows in any
 /// order, one env from a whole tensordict, each env reading its own
