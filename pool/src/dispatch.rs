@@ -172,8 +172,8 @@ impl Dispatch {
         }
     }
 
-    /// When each of `envs` (done) was published ([`Dispatch::published`]),
-    /// appended to `out` in their order.
+    /// When each of `envs` (done) was published (a generation; smaller is
+    /// older), appended to `out` in their order.
     pub(crate) fn published_of<const N: usize>(
         &self,
         envs: &[usize],

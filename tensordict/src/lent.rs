@@ -296,45 +296,42 @@ unsafe fn move_unchecked(
 }
 
 impl RowBlock {
-    /// Writes `src[j * n..]` into row `rows[j]` (rows of `n` bytes) for
-    /// every `j`: [`RowBlock::gather_rows`] the other way, the rows checked
-    /// by the caller, once for every column.
+    /// Writes `src[j * n..]` into row `picks[j].0` (rows of `n` bytes) for
+    /// every `j` (each pick's source row is `j`: the caller checked it):
+    /// [`RowBlock::gather_rows`] the other way, the rows checked by the
+    /// caller, once for every column.
     ///
     /// # Panics
-    /// If `src` holds fewer than `rows.len()` rows.
+    /// If `src` holds fewer than `picks.len()` rows.
     ///
     /// # Safety
-    /// Every row of `rows` is a row of the block, nothing else reads or
+    /// Every row `picks[j].0` is a row of the block, nothing else reads or
     /// writes the rows written during the call, and `src` is not in this
     /// block.
     #[allow(unsafe_code)]
     #[inline]
-    unsafe fn scatter_rows(
-        &self,
-        n: usize,
-        rows: impl ExactSizeIterator<Item = usize>,
-        src: &[u8],
-    ) {
+    unsafe fn scatter_rows(&self, n: usize, picks: &[(usize, Option<usize>)], src: &[u8]) {
         if n == 0 {
             return;
         }
         assert!(
-            rows.len() <= src.len() / n,
+            picks.len() <= src.len() / n,
             "{} rows to write, from a source of {} bytes, {n} a row",
-            rows.len(),
+            picks.len(),
             src.len()
         );
-        let picks = rows.enumerate().map(|(from, to)| {
+        let moves = picks.iter().enumerate().map(|(from, &(to, _))| {
             debug_assert!(to < self.len / n);
             (to, from)
         });
         // SAFETY: every row inside the block (the caller's promise), every
-        // source row inside `src` (asserted above); the block was allocated
-        // writable (`Box::into_raw`), its rows written are accessed by
-        // nothing else and `src` is readable and not in the block (the
-        // caller's promises).
+        // source row (below `picks.len()`, a slice's length) inside `src`
+        // (asserted above); the block was allocated writable
+        // (`Box::into_raw`), its rows written are accessed by nothing else
+        // and `src` is readable and not in the block (the caller's
+        // promises).
         unsafe {
-            move_unchecked(n, picks, src.as_ptr(), self.ptr.as_ptr().cast::<u8>());
+            move_unchecked(n, moves, src.as_ptr(), self.ptr.as_ptr().cast::<u8>());
         }
     }
 }
@@ -741,6 +738,17 @@ impl LentRows {
             self.columns.len(),
             "the map of this batch's tensors"
         );
+        // What the copies out of `other` rely on, whatever batch the map
+        // was made from: as many rows, and each mapped tensor's rows as
+        // long as this batch's.
+        assert_eq!(other.rows, self.rows, "the other batch's rows");
+        assert!(
+            map.0.iter().zip(&self.columns).all(|(&at, column)| other
+                .columns
+                .get(at)
+                .is_some_and(|found| found.row_bytes == column.row_bytes)),
+            "a map of this batch's tensors into the other's"
+        );
         // SAFETY: the caller's promise, passed on.
         unsafe { self.gather_impl(rows, Some((instead, other, map))) }
     }
@@ -800,8 +808,8 @@ impl LentRows {
                 _ => &column.block,
             };
             // In every block below the rows are in range of both batches
-            // (asserted; the map's batch has as many rows, and its tensor
-            // this one's dtype and row shape: `n` bytes a row) and not in
+            // (asserted above, and in `gather_or`: the other batch has as
+            // many rows, and its mapped tensor `n` bytes a row) and not in
             // use (the caller's promise).
             if every {
                 // SAFETY: as above, for every row.
@@ -969,10 +977,9 @@ impl LentRows {
                 // out above if it was) and as long as the block's rows.
                 unsafe { column.block.bytes_mut(0, self.rows * n) }.copy_from_slice(bytes);
             } else if in_order {
-                let rows = picks.iter().map(|&(row, _)| row);
                 // SAFETY: the rows written are in range (asserted), and not
                 // in use (the caller's promise); `bytes` is not in the block.
-                unsafe { column.block.scatter_rows(n, rows, bytes) };
+                unsafe { column.block.scatter_rows(n, picks, bytes) };
             } else {
                 let picks = picks.iter().map(|&(row, from)| (row, from.unwrap_or(0)));
                 // SAFETY: the rows written are in range (asserted), and not
@@ -1720,8 +1727,15 @@ mod tests {
         non_tensor
             .set("obs", crate::NonTensor::from(vec![1i64, 2]))
             .unwrap();
+        // Too few rows for picks that read its rows in order.
+        let one_row = batch(1);
         type Case<'a> = (&'a TensorDict, &'a [(usize, Option<usize>)], &'a [&'a str]);
-        let cases: [Case<'_>; 6] = [
+        let cases: [Case<'_>; 7] = [
+            (
+                &one_row,
+                &[(0, Some(0)), (1, Some(1))],
+                &["done", "at row 1"],
+            ),
             (&missing, &[(0, Some(0))], &["info"]),
             (&wrong_dtype, &[(0, Some(0))], &["obs", "f64"]),
             (&wrong_shape, &[(1, Some(1))], &["obs", "[2, 4]"]),
@@ -1741,6 +1755,51 @@ mod tests {
             unsafe { rows.write_rows_from(&good, &[(2, Some(0))]) }
         }));
         assert!(out_of_range.is_err());
+    }
+
+    /// Tensors of rows of no bytes are lent, written and gathered like the
+    /// others (nothing to copy), beside tensors that have bytes.
+    #[allow(unsafe_code)]
+    #[test]
+    fn rows_of_no_bytes_are_written_and_gathered() {
+        let mut with_empty = batch(3);
+        with_empty
+            .set("empty", Tensor::zeros(DType::F32, &[3, 0]))
+            .unwrap();
+        let (mut rows, views) = LentRows::lend(&with_empty).unwrap();
+        let mut src = batch(2);
+        src.set("empty", Tensor::zeros(DType::F32, &[2, 0]))
+            .unwrap();
+        src.set("obs", Tensor::full(&[2, 3], 7.0f32)).unwrap();
+        // SAFETY: no view is in use (one thread).
+        unsafe { rows.write_rows_from(&src, &[(2, Some(0)), (0, Some(1))]) }.unwrap();
+        assert_eq!(
+            views[2].tensor("obs").unwrap().to_vec::<f32>().unwrap(),
+            vec![7.0; 3]
+        );
+        // SAFETY: as above.
+        let out = unsafe { rows.gather(&[2, 1]) };
+        assert_eq!(out.tensor("empty").unwrap().shape(), &[2, 0]);
+        assert_eq!(
+            out.tensor("obs").unwrap().to_vec::<f32>().unwrap(),
+            [vec![7.0; 3], vec![0.0; 3]].concat()
+        );
+    }
+
+    /// A gather that takes rows from another batch refuses one with other
+    /// rows than its own, whatever map it is given.
+    #[allow(unsafe_code)]
+    #[test]
+    #[should_panic(expected = "the other batch's rows")]
+    fn a_gather_from_a_batch_of_other_rows_panics() {
+        let (mut rows, _views) = LentRows::lend(&batch(2)).unwrap();
+        let (like, _like_views) = LentRows::lend(&batch(2)).unwrap();
+        let (other, _other_views) = LentRows::lend(&batch(3)).unwrap();
+        // A map made for a batch like this one, given with another.
+        let map = rows.leaves_in(&like).unwrap();
+        assert!(rows.leaves_in(&other).is_none());
+        // SAFETY: no view of either batch is in use (one thread).
+        let _ = unsafe { rows.gather_or(&[0, 1], &[true, true], &other, &map) };
     }
 
     /// In a batch without sub-dicts too, a view whose tensor was replaced,

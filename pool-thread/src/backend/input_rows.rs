@@ -24,9 +24,10 @@ pub(super) struct Claimed<'a> {
     jobs: &'a [(usize, Option<usize>)],
 }
 
-/// Claims the envs of `jobs` (distinct) for a send, from idle to queued:
-/// every one, or, if one is not idle (another send took it meanwhile),
-/// none, and that env is the error.
+/// Claims the envs of `jobs` for a send, from idle to queued: every one,
+/// or, if one is not idle (in flight, taken by another send meanwhile, or
+/// addressed twice: its second claim fails), none, and that env is the
+/// error. The send's idle check.
 pub(super) fn claim<'a>(
     phases: &'a Phases,
     jobs: &'a [(usize, Option<usize>)],
