@@ -86,12 +86,11 @@ impl AsyncEnvPool {
             }
         }
         self.check_rows(td, envs.iter().copied())?;
-        Ok(Cow::Owned(
-            envs.into_iter()
-                .enumerate()
-                .map(|(row, env)| (env, Some(row)))
-                .collect(),
-        ))
+        // Made from the slice (a trusted length: one write per job), not
+        // collected out of the vector's own iterator.
+        let mut jobs = Vec::with_capacity(envs.len());
+        jobs.extend(envs.iter().enumerate().map(|(row, &env)| (env, Some(row))));
+        Ok(Cow::Owned(jobs))
     }
 
     /// Each row of `td` must have its env's batch size (the backends copy
