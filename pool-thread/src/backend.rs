@@ -209,10 +209,9 @@ impl ThreadBackend {
         // each env addressed once by construction, queued as one chunk per
         // worker's block.
         let every_env = jobs.len() == self.num_envs()
-            && jobs
-                .iter()
-                .enumerate()
-                .all(|(j, &(env, row))| env == j && row == Some(j));
+            && jobs.iter().enumerate().fold(true, |all, (j, &(env, row))| {
+                all & (env == j) & (row == Some(j))
+            });
         if !every_env {
             if let Some(&(env, _)) = jobs.iter().find(|&&(env, _)| env >= self.num_envs()) {
                 return Err(ThreadError::NoSuchEnv {

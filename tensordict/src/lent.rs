@@ -765,9 +765,15 @@ impl LentRows {
     ) -> TensorDict {
         // One pass: every row in range, and whether they are every row in
         // order (then each in range too).
-        let every = rows.len() == self.rows && rows.iter().enumerate().all(|(j, &row)| row == j);
+        // (Folded without a branch per row: a pass over all of them, as
+        // when they are every row, the case that asks.)
+        let every = rows.len() == self.rows
+            && rows
+                .iter()
+                .enumerate()
+                .fold(true, |all, (j, &row)| all & (row == j));
         assert!(
-            every || rows.iter().all(|&row| row < self.rows),
+            every || rows.iter().fold(true, |all, &row| all & (row < self.rows)),
             "a row out of range"
         );
         let from_other = |j: usize| or.is_some_and(|(instead, ..)| instead[j]);
@@ -890,9 +896,14 @@ impl LentRows {
             && picks
                 .iter()
                 .enumerate()
-                .all(|(j, &(row, from))| row == j && from == Some(j));
+                .fold(true, |all, (j, &(row, from))| {
+                    all & (row == j) & (from == Some(j))
+                });
         assert!(
-            every || picks.iter().all(|&(row, _)| row < self.rows),
+            every
+                || picks
+                    .iter()
+                    .fold(true, |all, &(row, _)| all & (row < self.rows)),
             "a row out of range"
         );
         // Whether row `j` comes from row `j` of `src`, for every `j` (a
@@ -902,7 +913,7 @@ impl LentRows {
             || picks
                 .iter()
                 .enumerate()
-                .all(|(j, &(_, from))| from == Some(j));
+                .fold(true, |all, (j, &(_, from))| all & (from == Some(j)));
         for column in &self.columns {
             let t = match src.get(&column.key) {
                 Some(Entry::Tensor(t)) => t,

@@ -193,7 +193,8 @@ impl RowStore {
         // Distinct and ascending: as many as there are envs is every env,
         // whose flags are checked in one pass over them (no lookups).
         let current = if envs.len() == lent.flags.len() {
-            lent.flags.iter().all(|&f| f & want == want)
+            // Folded: one pass without a branch per env.
+            lent.flags.iter().fold(want, |all, &f| all & f) & want == want
         } else {
             envs.iter()
                 .all(|&env| lent.flags.get(env).is_some_and(|f| f & want == want))
