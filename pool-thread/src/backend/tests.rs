@@ -51,6 +51,20 @@ fn collect(backend: &ThreadBackend, envs: usize) {
     }
 }
 
+/// A backend of `n` CountingEnvs on one worker, every env reset and
+/// collected; with the jobs of a send to every env in order.
+fn counting_reset(n: usize) -> (ThreadBackend, Vec<(usize, Option<usize>)>) {
+    let factories: Vec<EnvFactory> = (0..n)
+        .map(|_| Box::new(|| Ok(Box::new(CountingEnv::new(0, 100)) as Box<dyn Env>)) as EnvFactory)
+        .collect();
+    let options = ThreadOptions::default().threads(1);
+    let backend = ThreadBackend::start(factories, &options, Rows::Batch).unwrap();
+    let every: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, Some(env))).collect();
+    backend.send(Op::Reset, &every, None).unwrap();
+    collect(&backend, n);
+    (backend, every)
+}
+
 /// A waiting receiver's help (`ThreadBackend::help`): none while env
 /// steps look slow (the starting estimate), none with pinned workers;
 /// with quick steps, it runs queued envs in the calling thread while the
@@ -194,14 +208,7 @@ fn a_worker_that_cannot_pin_itself_reports_it_and_stops() {
 /// queues anything.
 #[test]
 fn a_send_to_every_env_is_checked_as_env_by_env() {
-    let factories: Vec<EnvFactory> = (0..3)
-        .map(|_| Box::new(|| Ok(Box::new(CountingEnv::new(0, 100)) as Box<dyn Env>)) as EnvFactory)
-        .collect();
-    let options = ThreadOptions::default().threads(1);
-    let backend = ThreadBackend::start(factories, &options, Rows::Batch).unwrap();
-    let every: Vec<(usize, Option<usize>)> = (0..3).map(|env| (env, Some(env))).collect();
-    backend.send(Op::Reset, &every, None).unwrap();
-    collect(&backend, 3);
+    let (backend, every) = counting_reset(3);
     let actions = |rows: usize, value: tensordict::Tensor| {
         let mut td = TensorDict::new(&[rows]);
         td.set("action", value).unwrap();
@@ -244,14 +251,7 @@ fn a_send_to_every_env_is_checked_as_env_by_env() {
 /// it was (none claimed, nothing queued).
 #[test]
 fn a_send_to_some_envs_is_checked_and_leaves_nothing_claimed() {
-    let factories: Vec<EnvFactory> = (0..4)
-        .map(|_| Box::new(|| Ok(Box::new(CountingEnv::new(0, 100)) as Box<dyn Env>)) as EnvFactory)
-        .collect();
-    let options = ThreadOptions::default().threads(1);
-    let backend = ThreadBackend::start(factories, &options, Rows::Batch).unwrap();
-    let every: Vec<(usize, Option<usize>)> = (0..4).map(|env| (env, Some(env))).collect();
-    backend.send(Op::Reset, &every, None).unwrap();
-    collect(&backend, 4);
+    let (backend, _) = counting_reset(4);
     let mut two = TensorDict::new(&[2]);
     two.set("action", tensordict::Tensor::full(&[2, 1], 1i64))
         .unwrap();
