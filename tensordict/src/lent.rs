@@ -181,6 +181,45 @@ impl RowBlock {
             );
         }
     }
+
+    /// Writes `src[j * n..]` into row `picks[j].0` (rows of `n` bytes) for
+    /// every `j` (each pick's source row is `j`: the caller checked it):
+    /// [`RowBlock::gather_rows`] the other way, the rows checked by the
+    /// caller, once for every column.
+    ///
+    /// # Panics
+    /// If `src` holds fewer than `picks.len()` rows.
+    ///
+    /// # Safety
+    /// Every row `picks[j].0` is a row of the block, nothing else reads or
+    /// writes the rows written during the call, and `src` is not in this
+    /// block.
+    #[allow(unsafe_code)]
+    #[inline]
+    unsafe fn scatter_rows(&self, n: usize, picks: &[(usize, Option<usize>)], src: &[u8]) {
+        if n == 0 {
+            return;
+        }
+        assert!(
+            picks.len() <= src.len() / n,
+            "{} rows to write, from a source of {} bytes, {n} a row",
+            picks.len(),
+            src.len()
+        );
+        let moves = picks.iter().enumerate().map(|(from, &(to, _))| {
+            debug_assert!(to < self.len / n);
+            (to, from)
+        });
+        // SAFETY: every row inside the block (the caller's promise), every
+        // source row (below `picks.len()`, a slice's length) inside `src`
+        // (asserted above); the block was allocated writable
+        // (`Box::into_raw`), its rows written are accessed by nothing else
+        // and `src` is readable and not in the block (the caller's
+        // promises).
+        unsafe {
+            move_unchecked(n, moves, src.as_ptr(), self.ptr.as_ptr().cast::<u8>());
+        }
+    }
 }
 
 /// Copies rows of `n` bytes from `src` (a pointer and its length in bytes)
@@ -291,47 +330,6 @@ unsafe fn move_unchecked(
             8 => run::<8>(n, picks, src, dst),
             16 => run::<16>(n, picks, src, dst),
             _ => run::<0>(n, picks, src, dst),
-        }
-    }
-}
-
-impl RowBlock {
-    /// Writes `src[j * n..]` into row `picks[j].0` (rows of `n` bytes) for
-    /// every `j` (each pick's source row is `j`: the caller checked it):
-    /// [`RowBlock::gather_rows`] the other way, the rows checked by the
-    /// caller, once for every column.
-    ///
-    /// # Panics
-    /// If `src` holds fewer than `picks.len()` rows.
-    ///
-    /// # Safety
-    /// Every row `picks[j].0` is a row of the block, nothing else reads or
-    /// writes the rows written during the call, and `src` is not in this
-    /// block.
-    #[allow(unsafe_code)]
-    #[inline]
-    unsafe fn scatter_rows(&self, n: usize, picks: &[(usize, Option<usize>)], src: &[u8]) {
-        if n == 0 {
-            return;
-        }
-        assert!(
-            picks.len() <= src.len() / n,
-            "{} rows to write, from a source of {} bytes, {n} a row",
-            picks.len(),
-            src.len()
-        );
-        let moves = picks.iter().enumerate().map(|(from, &(to, _))| {
-            debug_assert!(to < self.len / n);
-            (to, from)
-        });
-        // SAFETY: every row inside the block (the caller's promise), every
-        // source row (below `picks.len()`, a slice's length) inside `src`
-        // (asserted above); the block was allocated writable
-        // (`Box::into_raw`), its rows written are accessed by nothing else
-        // and `src` is readable and not in the block (the caller's
-        // promises).
-        unsafe {
-            move_unchecked(n, moves, src.as_ptr(), self.ptr.as_ptr().cast::<u8>());
         }
     }
 }
