@@ -72,30 +72,57 @@ impl Phases {
         self.phases[env].load(Ordering::Acquire)
     }
 
-    /// Appends to `ready` the envs of `envs` whose result or error waits
-    /// to be taken (as [`Phases::is_done`] of each, in order); returns
-    /// whether any of them failed. One pass over the phases side by side.
+    /// Counts the envs of `envs` whose result or error waits to be taken
+    /// (as [`Phases::is_done`] of each) and whether any of them failed;
+    /// appends them to `ready`, in order, when at least `min` are done or
+    /// one failed (a look that finds too few for its receive lists none).
+    /// Returns the count and the failure; when listed, the count is what
+    /// was appended. The count takes one pass over the phases side by
+    /// side; the list, when some envs are not done, a second.
     ///
     /// # Panics
     /// If `envs` ends past the last env.
     #[inline]
-    pub fn done_in(&self, envs: std::ops::Range<usize>, ready: &mut Vec<usize>) -> bool {
-        let (first, phases) = (envs.start, &self.phases[envs]);
-        // Without a branch per env: each env is written at the end of the
-        // found ones, which moves on past it if it is done.
-        let start = ready.len();
+    pub fn done_in(
+        &self,
+        envs: std::ops::Range<usize>,
+        min: usize,
+        ready: &mut Vec<usize>,
+    ) -> (usize, bool) {
+        let phases = &self.phases[envs.clone()];
+        // DONE and FAILED are the phases with bit 1 set, FAILED the one
+        // with bits 1 and 0: no branch per env.
+        let (mut found, mut failed) = (0, 0);
+        for phase in phases {
+            // Acquire: as `get`.
+            let phase = phase.load(Ordering::Acquire);
+            found += usize::from(phase >> 1);
+            failed |= phase & (phase >> 1);
+        }
+        let failed = failed != 0;
+        if found == phases.len() {
+            ready.extend(envs);
+            return (found, failed);
+        }
+        if found < min && !failed {
+            return (found, false);
+        }
+        // Phases only move on to done meanwhile (their receiver alone takes
+        // them back): the list is read again, and is what counts.
+        let (first, start) = (envs.start, ready.len());
         ready.resize(start + phases.len(), 0);
         let out = &mut ready[start..];
         let (mut found, mut failed) = (0, false);
         for (i, phase) in phases.iter().enumerate() {
-            // Acquire: as `get`.
+            // Acquire: as `get`. Each env is written at the end of the
+            // found ones, which moves on past it if it is done.
             let phase = phase.load(Ordering::Acquire);
             out[found] = first + i;
             found += usize::from(phase >= DONE);
             failed |= phase == FAILED;
         }
         ready.truncate(start + found);
-        failed
+        (found, failed)
     }
 
     /// Whether env `env`'s result or error waits to be taken.
@@ -201,8 +228,8 @@ mod tests {
         assert_eq!(format!("{phases:?}"), "[0, 3]");
     }
 
-    /// A look at a range of envs finds the done and the failed ones, in
-    /// order, and says whether one failed.
+    /// A look at a range of envs counts the done and the failed ones and
+    /// lists them, in order, when enough are done or one failed.
     #[test]
     fn a_look_at_a_range_finds_the_done_envs() {
         let phases = Phases::new(6);
@@ -213,13 +240,30 @@ mod tests {
         phases.publish(4, true);
         phases.publish(5, false);
         let mut ready = vec![9];
-        assert!(phases.done_in(1..6, &mut ready));
+        assert_eq!(phases.done_in(1..6, 1, &mut ready), (3, true));
         assert_eq!(ready, vec![9, 2, 4, 5]);
         ready.clear();
-        assert!(!phases.done_in(0..4, &mut ready));
+        assert_eq!(phases.done_in(0..4, 1, &mut ready), (1, false));
         assert_eq!(ready, vec![2]);
-        assert!(!phases.done_in(3..3, &mut ready));
+        assert_eq!(phases.done_in(3..3, 1, &mut ready), (0, false));
         assert_eq!(ready, vec![2]);
+        // Too few for the look: counted, not listed, unless one failed.
+        ready.clear();
+        assert_eq!(phases.done_in(0..4, 2, &mut ready), (1, false));
+        assert!(ready.is_empty());
+        assert_eq!(phases.done_in(3..6, 3, &mut ready), (2, true));
+        assert_eq!(ready, vec![4, 5]);
+        // Every env done: listed without a second pass.
+        ready.clear();
+        assert_eq!(phases.done_in(4..6, 9, &mut ready), (2, true));
+        assert_eq!(ready, vec![4, 5]);
+        phases.queue(0);
+        phases.publish(0, false);
+        phases.publish(1, false);
+        phases.publish(3, false);
+        ready.clear();
+        assert_eq!(phases.done_in(0..4, 9, &mut ready), (4, false));
+        assert_eq!(ready, vec![0, 1, 2, 3]);
     }
 
     /// A claim takes an idle env only; a release leaves an env in flight

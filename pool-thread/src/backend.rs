@@ -330,12 +330,19 @@ impl ThreadBackend {
         self.shared.phases.is_done(env)
     }
 
-    /// [`ThreadBackend::ready_among`] of a range of envs, in one pass over
-    /// their phases.
+    /// How many of a range of envs have their result (or error) waiting to
+    /// be taken, and whether any failed; appended to `ready` as
+    /// [`ThreadBackend::ready_among`] does when at least `min` are or one
+    /// failed ([`Phases::done_in`](pool_core::Phases::done_in)).
     #[doc(hidden)]
     #[inline]
-    pub fn ready_in(&self, envs: std::ops::Range<usize>, ready: &mut Vec<usize>) -> bool {
-        self.shared.phases.done_in(envs, ready)
+    pub fn ready_in(
+        &self,
+        envs: std::ops::Range<usize>,
+        min: usize,
+        ready: &mut Vec<usize>,
+    ) -> (usize, bool) {
+        self.shared.phases.done_in(envs, min, ready)
     }
 
     /// Appends to `ready` those of `envs` whose result (or error) is

@@ -156,11 +156,23 @@ impl Dispatch {
         }
     }
 
-    /// [`Dispatch::ready_among`] of a range of envs.
-    pub(crate) fn ready_in(&self, envs: std::ops::Range<usize>, ready: &mut Vec<usize>) -> bool {
+    /// How many of a range of envs are done and whether any failed; those
+    /// done appended to `ready` ([`Dispatch::ready_among`]) when at least
+    /// `min` are or one failed (threads count first; processes always
+    /// list them).
+    pub(crate) fn ready_in(
+        &self,
+        envs: std::ops::Range<usize>,
+        min: usize,
+        ready: &mut Vec<usize>,
+    ) -> (usize, bool) {
         match self {
-            Dispatch::Threads(b) => b.ready_in(envs, ready),
-            Dispatch::Procs(b) => b.ready_among(envs, ready),
+            Dispatch::Threads(b) => b.ready_in(envs, min, ready),
+            Dispatch::Procs(b) => {
+                let start = ready.len();
+                let failed = b.ready_among(envs, ready);
+                (ready.len() - start, failed)
+            }
         }
     }
 

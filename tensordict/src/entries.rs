@@ -69,10 +69,7 @@ pub(crate) struct Entries {
 
 impl Clone for Entries {
     fn clone(&self) -> Entries {
-        Entries {
-            list: self.list.clone(),
-            stamp: 0,
-        }
+        self.clone_with_room(0)
     }
 }
 
@@ -90,6 +87,13 @@ impl std::fmt::Debug for Entries {
 }
 
 impl Entries {
+    /// A clone with room for `additional` more entries.
+    pub(crate) fn clone_with_room(&self, additional: usize) -> Entries {
+        let mut list = Vec::with_capacity(self.list.len() + additional);
+        list.extend(self.list.iter().cloned());
+        Entries { list, stamp: 0 }
+    }
+
     /// Where `key` is (`Ok`), or where it would be inserted (`Err`).
     pub(crate) fn position(&self, key: &str) -> Result<usize, usize> {
         if self.list.len() <= LINEAR_SCAN_MAX {

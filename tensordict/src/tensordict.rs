@@ -209,10 +209,7 @@ impl Clone for TensorDict {
     /// Shares every tensor's storage (copy on write; a lent row's view is
     /// copied: [`Tensor`]'s clone).
     fn clone(&self) -> TensorDict {
-        TensorDict {
-            batch_size: shape_of(&self.batch_size),
-            entries: self.entries.clone(),
-        }
+        self.clone_with_room(0)
     }
 }
 
@@ -235,6 +232,25 @@ impl TensorDict {
     #[inline]
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// A clone (as [`Clone::clone`]) with room for `additional` more root
+    /// entries: one allocation where a clone and a [`TensorDict::reserve`]
+    /// would take two.
+    ///
+    /// ```
+    /// use tensordict::{Tensor, TensorDict};
+    /// let mut td = TensorDict::new(&[2]);
+    /// td.set("a", Tensor::full(&[2], 1.0f32)).unwrap();
+    /// let mut more = td.clone_with_room(1);
+    /// more.set("b", Tensor::full(&[2], 2i64)).unwrap();
+    /// assert_eq!((td.len(), more.len()), (1, 2));
+    /// ```
+    pub fn clone_with_room(&self, additional: usize) -> TensorDict {
+        TensorDict {
+            batch_size: shape_of(&self.batch_size),
+            entries: self.entries.clone_with_room(additional),
+        }
     }
 
     /// Makes room for `additional` more root entries, so that as many

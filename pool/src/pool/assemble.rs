@@ -9,6 +9,10 @@ use super::book::Taken;
 use super::AsyncEnvPool;
 use crate::{PoolError, StackMode};
 
+/// The keys a dense batch of step results gets besides the sent rows:
+/// `"next"` and `"env_index"`.
+const STEP_KEYS_ADDED: usize = 2;
+
 /// A dense batch's parts: the sent rows (for a step), the `"next"`
 /// results (for a step), the next roots (for a reset or a step and reset).
 type DenseParts = (Option<TensorDict>, Option<TensorDict>, Option<TensorDict>);
@@ -34,11 +38,12 @@ impl AsyncEnvPool {
         let in_order = taken.in_order;
         match taken.origin(0) {
             // The sync path: every row of one send, in order. The sent
-            // tensordict is the root batch itself.
+            // tensordict is the root batch itself (with room for the keys
+            // `dense_batch` adds).
             (Some(td), _)
                 if taken.tds.len() == 1 && in_order && td.batch_size().first() == Some(&k) =>
             {
-                Ok(td.clone())
+                Ok(td.clone_with_room(STEP_KEYS_ADDED))
             }
             (first, first_row) => {
                 let template = Self::root_row(first, first_row)?;
@@ -178,8 +183,8 @@ impl AsyncEnvPool {
         let env_index = self.env_index_column(&taken.envs);
         let (step, root) = match parts {
             (Some(mut step), Some(next), root) => {
-                // Two keys more: room made once.
-                step.reserve(2);
+                // Room made once (none needed after `step_roots`).
+                step.reserve(STEP_KEYS_ADDED);
                 step.set(&self.keys.next, next)?;
                 let root = match root {
                     Some(mut root) => {

@@ -77,13 +77,16 @@ impl AsyncEnvPool {
             }
             ready.clear();
             ready.reserve(in_flight);
-            let any_failed = if in_flight == book.num_envs() {
+            // How many are done; `ready` lists them only when they are
+            // enough or one failed (threads count them first).
+            let (found, any_failed) = if in_flight == book.num_envs() {
                 // Every env is in flight for this receive (a send to all):
                 // no state to look at.
-                backend.ready_in(0..in_flight, &mut ready)
+                backend.ready_in(0..in_flight, recv.min_get, &mut ready)
             } else {
                 let candidates = (0..book.num_envs()).filter(|&env| book.state(env) == batch_state);
-                backend.ready_among(candidates, &mut ready)
+                let failed = backend.ready_among(candidates, &mut ready);
+                (ready.len(), failed)
             };
             // A failed env is reported first, alone; the other results stay.
             if let Some(failed) = any_failed.then(|| backend.first_failed(&ready)).flatten() {
@@ -102,11 +105,9 @@ impl AsyncEnvPool {
                 });
             }
             let past_deadline = deadline.is_some_and(|d| Instant::now() >= d);
-            let enough = ready.len() >= recv.min_get;
-            let no_more_coming = ready.len() == in_flight;
-            if enough
-                && (deadline.is_none() || ready.len() >= limit || past_deadline || no_more_coming)
-            {
+            let enough = found >= recv.min_get;
+            let no_more_coming = found == in_flight;
+            if enough && (deadline.is_none() || found >= limit || past_deadline || no_more_coming) {
                 if ready.len() > limit {
                     // The oldest results first (as a completion queue gives
                     // them), then in env order.
@@ -120,21 +121,17 @@ impl AsyncEnvPool {
                 return Err(PoolError::Timeout {
                     op: op.name(),
                     timeout: recv.timeout.unwrap_or(Duration::ZERO),
-                    ready: ready.len(),
+                    ready: found,
                     min_get: recv.min_get,
                 });
             }
             drop(book);
-            if may_help && self.help(in_flight - ready.len()) > 0 {
+            if may_help && self.help(in_flight - found) > 0 {
                 continue;
             }
             // At least this many more results must be published before the
             // batch can be complete.
-            let needed = if enough {
-                1
-            } else {
-                recv.min_get - ready.len()
-            };
+            let needed = if enough { 1 } else { recv.min_get - found };
             if interrupt::requested() {
                 return Err(PoolError::Interrupted);
             }
