@@ -62,10 +62,15 @@ struct ChunkJob {
 /// A chunk's jobs.
 #[derive(Debug)]
 enum Jobs {
-    /// Envs `first..` (one per job), each from its own row of the chunk's
-    /// tensordict, all taking an input or none: a send to every env needs
-    /// no per-env entry.
-    Block { first: u32, takes_input: bool },
+    /// Envs `first..` (one per job), env `first + i` from row
+    /// `first_row + i` of the chunk's tensordict, all taking an input or
+    /// none: a send to every env, or to a run of consecutive envs from
+    /// consecutive rows, needs no per-env entry.
+    Block {
+        first: u32,
+        first_row: u32,
+        takes_input: bool,
+    },
     /// Any jobs (kept small: a chunk of a send to many envs is one
     /// allocation of a few hundred bytes).
     List(Box<[ChunkJob]>),
@@ -97,15 +102,24 @@ impl Chunk {
         src: Option<Arc<TensorDict>>,
         jobs: impl IntoIterator<Item = (usize, Option<usize>, bool)>,
     ) -> Chunk {
-        let small = |i: usize| u32::try_from(i).ok().filter(|&i| i != NO_ROW);
+        // Checked once for all: the largest env or row (`NO_ROW` is no row).
+        let mut largest = 0;
         let jobs: Box<[ChunkJob]> = jobs
             .into_iter()
-            .map(|(env, row, takes_input)| ChunkJob {
-                env: small(env).expect("fewer than 2^32 - 1 envs"),
-                row: row.map_or(NO_ROW, |row| small(row).expect("fewer than 2^32 - 1 rows")),
-                takes_input,
+            .map(|(env, row, takes_input)| {
+                largest = largest.max(env.max(row.unwrap_or(0)));
+                // Truncation: checked below.
+                ChunkJob {
+                    env: env as u32,
+                    row: row.map_or(NO_ROW, |row| row as u32),
+                    takes_input,
+                }
             })
             .collect();
+        assert!(
+            largest < NO_ROW as usize,
+            "fewer than 2^32 - 1 envs and rows"
+        );
         let len = u32::try_from(jobs.len()).expect("fewer than 2^32 jobs in a chunk");
         Chunk {
             op,
@@ -136,18 +150,76 @@ impl Chunk {
         Chunk {
             op,
             src,
-            jobs: Jobs::Block { first, takes_input },
+            jobs: Jobs::Block {
+                first,
+                first_row: first,
+                takes_input,
+            },
             span: AtomicU64::new(span(0, end - first)),
         }
+    }
+
+    /// A chunk of `jobs` (env, row of `src`) of `op`, `takes_input(env)`
+    /// saying whether the env is given its row: a block when the envs and
+    /// their rows count up one by one and all or none take an input (a
+    /// send to a run of consecutive envs from consecutive rows: no per-env
+    /// entry), else as [`Chunk::new`].
+    ///
+    /// # Panics
+    /// As [`Chunk::new`].
+    pub(crate) fn of_jobs(
+        op: Op,
+        src: Option<Arc<TensorDict>>,
+        jobs: &[(usize, Option<usize>)],
+        takes_input: impl Fn(usize) -> bool,
+    ) -> Chunk {
+        if let Some(&(first, Some(first_row))) = jobs.first() {
+            let first_takes = takes_input(first);
+            // No branch a job.
+            let counting_up = jobs.iter().enumerate().fold(true, |all, (j, &(env, row))| {
+                all & (env == first + j)
+                    & (row == Some(first_row + j))
+                    & (takes_input(env) == first_takes)
+            });
+            let end = first_row.max(first) + jobs.len();
+            if let (true, Ok(first), Ok(first_row), true) = (
+                counting_up,
+                u32::try_from(first),
+                u32::try_from(first_row),
+                end < NO_ROW as usize,
+            ) {
+                return Chunk {
+                    op,
+                    src,
+                    jobs: Jobs::Block {
+                        first,
+                        first_row,
+                        takes_input: first_takes,
+                    },
+                    // Fits: checked with `end` above.
+                    span: AtomicU64::new(span(0, jobs.len() as u32)),
+                };
+            }
+        }
+        Chunk::new(
+            op,
+            src,
+            jobs.iter().map(|&(env, row)| (env, row, takes_input(env))),
+        )
     }
 
     /// Job `index` of the chunk.
     pub(crate) fn job(&self, index: usize) -> Job<'_> {
         let (env, row, takes_input) = match &self.jobs {
-            Jobs::Block { first, takes_input } => {
-                let env = *first as usize + index;
-                (env, Some(env), *takes_input)
-            }
+            Jobs::Block {
+                first,
+                first_row,
+                takes_input,
+            } => (
+                *first as usize + index,
+                Some(*first_row as usize + index),
+                *takes_input,
+            ),
             Jobs::List(jobs) => {
                 let job = jobs[index];
                 let row = (job.row != NO_ROW).then_some(job.row as usize);
@@ -345,10 +417,12 @@ impl WorkQueue {
                 .iter()
                 .position(|&(env, _)| self.home(env) != home)
                 .map_or(jobs.len(), |len| start + len);
-            let chunk = jobs[start..end]
-                .iter()
-                .map(|&(env, row)| (env, row, takes_input(env)));
-            let chunk = Arc::new(Chunk::new(op, src.clone(), chunk));
+            let chunk = Arc::new(Chunk::of_jobs(
+                op,
+                src.clone(),
+                &jobs[start..end],
+                &takes_input,
+            ));
             lock(&self.queues[home]).push_back(chunk);
             start = end;
         }
@@ -686,6 +760,41 @@ mod tests {
                     assert!(blocks.iter().any(|&b| !b), "{what}: {blocks:?}");
                 }
             }
+        }
+    }
+
+    /// A chunk of consecutive envs from consecutive rows, all taking an
+    /// input or none, is a block; any other run of jobs a list; either
+    /// gives each job its env, row and input.
+    #[test]
+    fn a_run_of_consecutive_envs_and_rows_is_a_block() {
+        let src = Arc::new(TensorDict::new(&[8]));
+        let jobs_of = |chunk: &Chunk| {
+            (0..unspan(chunk.span.load(Ordering::Relaxed)).1 as usize)
+                .map(|i| {
+                    let job = chunk.job(i);
+                    (job.env, job.input.map(|(_, row)| row))
+                })
+                .collect::<Vec<_>>()
+        };
+        // The jobs, which envs take an input, whether a block.
+        type Case = (&'static [(usize, Option<usize>)], fn(usize) -> bool, bool);
+        let cases: [Case; 6] = [
+            (&[(3, Some(0)), (4, Some(1)), (5, Some(2))], |_| true, true),
+            (&[(3, Some(5)), (4, Some(6))], |_| false, true),
+            (&[(3, Some(0)), (5, Some(1))], |_| true, false),
+            (&[(3, Some(0)), (4, Some(2))], |_| true, false),
+            (&[(3, Some(0)), (4, Some(1))], |env| env == 3, false),
+            (&[(3, None), (4, None)], |_| true, false),
+        ];
+        for (jobs, takes_input, block) in cases {
+            let chunk = Chunk::of_jobs(Op::Step, Some(Arc::clone(&src)), jobs, takes_input);
+            assert_eq!(matches!(chunk.jobs, Jobs::Block { .. }), block, "{jobs:?}");
+            let expected: Vec<_> = jobs
+                .iter()
+                .map(|&(env, row)| (env, takes_input(env).then_some(row)))
+                .collect();
+            assert_eq!(jobs_of(&chunk), expected, "{jobs:?}");
         }
     }
 

@@ -265,30 +265,36 @@ impl Book {
         // The previous env's send and its index in `taken.sends`: the envs
         // of one send are usually taken together.
         let mut last = None;
-        for &env in &taken.envs {
+        // Whether env `j` came from row `j` of the first send, every one so
+        // far (no branch a row).
+        let mut rows_in_order = true;
+        let Taken {
+            envs,
+            rows,
+            sends,
+            tds,
+            ..
+        } = &mut taken;
+        rows.extend(envs.iter().enumerate().map(|(j, &env)| {
             debug_assert_eq!(self.states[env], EnvState::InFlight { op, per_env: false });
             self.states[env] = EnvState::Taking;
             let Origin { send, row } = self.origins[env];
             let at = match last {
                 Some((last_send, at)) if last_send == send => at,
-                _ => match taken.sends.iter().position(|&s| s == send) {
+                _ => match sends.iter().position(|&s| s == send) {
                     Some(at) => at,
                     None => {
-                        taken.sends.push(send);
-                        taken.tds.push(self.sends[send].td.clone());
-                        taken.sends.len() - 1
+                        sends.push(send);
+                        tds.push(self.sends[send].td.clone());
+                        sends.len() - 1
                     }
                 },
             };
             last = Some((send, at));
-            taken.rows.push((at, row));
-        }
-        taken.in_order = taken.sends.len() == 1
-            && taken
-                .rows
-                .iter()
-                .enumerate()
-                .all(|(j, &(_, row))| row == Some(j));
+            rows_in_order &= row == Some(j);
+            (at, row)
+        }));
+        taken.in_order = taken.sends.len() == 1 && rows_in_order;
         self.batch_in_flight[op as usize] -= taken.envs.len();
         taken
     }
@@ -336,27 +342,42 @@ impl Book {
             if envs.len() == self.states.len() {
                 self.busy -= envs.len();
                 self.whole = Some((EnvState::Idle, 0));
-                let sent = &mut self.sends[send];
-                sent.envs -= envs.len();
-                if sent.envs == 0 {
-                    sent.td = None;
-                    self.free.push(send);
-                }
+                self.release_of(send, envs.len());
                 return;
             }
         }
         self.materialize();
         self.busy -= envs.len();
+        // A run of envs of one send (as they usually are) is counted off it
+        // at once.
+        let mut run: Option<(usize, usize)> = None;
         for env in envs {
             debug_assert_eq!(self.states[env], EnvState::Taking);
             self.states[env] = EnvState::Idle;
             let send = self.origins[env].send;
-            let sent = &mut self.sends[send];
-            sent.envs -= 1;
-            if sent.envs == 0 {
-                sent.td = None;
-                self.free.push(send);
-            }
+            run = match run {
+                Some((of, n)) if of == send => Some((of, n + 1)),
+                other => {
+                    if let Some((of, n)) = other {
+                        self.release_of(of, n);
+                    }
+                    Some((send, 1))
+                }
+            };
+        }
+        if let Some((of, n)) = run {
+            self.release_of(of, n);
+        }
+    }
+
+    /// Counts `n` of send `send`'s envs released; drops its tensordict
+    /// once none of its envs is left.
+    fn release_of(&mut self, send: usize, n: usize) {
+        let sent = &mut self.sends[send];
+        sent.envs -= n;
+        if sent.envs == 0 {
+            sent.td = None;
+            self.free.push(send);
         }
     }
 }
