@@ -133,6 +133,9 @@ pub struct ThreadBackend {
     handles: Mutex<Vec<JoinHandle<()>>>,
     /// Whether the worker threads are pinned ([`ThreadOptions::affinity`]).
     pinned: bool,
+    /// The jobs of a send to every env, env `j` from row `j`
+    /// ([`ThreadBackend::every_env_jobs`]).
+    every_env_jobs: Box<[(usize, Option<usize>)]>,
 }
 
 impl std::fmt::Debug for ThreadBackend {
@@ -148,6 +151,14 @@ impl ThreadBackend {
     /// Number of envs.
     pub fn num_envs(&self) -> usize {
         self.specs.len()
+    }
+
+    /// The jobs of a send to every env, env `j` from row `j` of the sent
+    /// tensordict: a send given this very list knows it without a look at
+    /// each job.
+    #[doc(hidden)]
+    pub fn every_env_jobs(&self) -> &[(usize, Option<usize>)] {
+        &self.every_env_jobs
     }
 
     /// Number of worker threads.
@@ -207,11 +218,13 @@ impl ThreadBackend {
         let src = shared_src.map(|src| &**src);
         // A send to every env, env `j` from row `j` (the synchronous path):
         // each env addressed once by construction, queued as one chunk per
-        // worker's block.
-        let every_env = jobs.len() == self.num_envs()
-            && jobs.iter().enumerate().fold(true, |all, (j, &(env, row))| {
-                all & (env == j) & (row == Some(j))
-            });
+        // worker's block. Known at once when the jobs are the backend's own
+        // list of them.
+        let every_env = std::ptr::eq(jobs, &*self.every_env_jobs)
+            || jobs.len() == self.num_envs()
+                && jobs.iter().enumerate().fold(true, |all, (j, &(env, row))| {
+                    all & (env == j) & (row == Some(j))
+                });
         if !every_env {
             if let Some(&(env, _)) = jobs.iter().find(|&&(env, _)| env >= self.num_envs()) {
                 return Err(ThreadError::NoSuchEnv {
@@ -247,7 +260,7 @@ impl ThreadBackend {
             // The inputs straight into the rows the envs read (checked
             // above, so this cannot fail but for a bug).
             input_rows
-                .write(claimed, src, takes_input)
+                .write(claimed, every_env, src, takes_input)
                 .map_err(|(env, source)| ThreadError::Input {
                     env,
                     name: self.names[env].clone(),

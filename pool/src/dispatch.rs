@@ -107,6 +107,15 @@ impl Dispatch {
         }
     }
 
+    /// The backend's jobs of a send to every env (env `j` from row `j`),
+    /// when it has them: threads, whose send recognises its own list.
+    pub(crate) fn every_env_jobs(&self) -> Option<&[(usize, Option<usize>)]> {
+        match self {
+            Dispatch::Threads(b) => Some(b.every_env_jobs()),
+            Dispatch::Procs(_) => None,
+        }
+    }
+
     /// Whether a receiver may run queued envs itself ([`Dispatch::help`]):
     /// threads only.
     pub(crate) fn helps(&self) -> bool {

@@ -897,28 +897,63 @@ impl LentRows {
                 .fold(true, |all, (j, &(row, from))| {
                     all & (row == j) & (from == Some(j))
                 });
+        if every {
+            // SAFETY: the caller's promise, for every row.
+            return unsafe { self.write_from(src, None) };
+        }
         assert!(
-            every
-                || picks
-                    .iter()
-                    .fold(true, |all, &(row, _)| all & (row < self.rows)),
+            picks
+                .iter()
+                .fold(true, |all, &(row, _)| all & (row < self.rows)),
             "a row out of range"
         );
+        // SAFETY: the caller's promise.
+        unsafe { self.write_from(src, Some(picks)) }
+    }
+
+    /// [`LentRows::write_rows_from`] of every row in order: row `j` from
+    /// row `j` of `src` (which may have more), for every `j`, one copy of
+    /// each column, without a look at each row.
+    ///
+    /// # Safety
+    /// No view of any row is in use during the call, as for
+    /// [`LentRows::gather`].
+    #[allow(unsafe_code)]
+    pub unsafe fn write_every_row_from(&self, src: &TensorDict) -> Result<(), TensorDictError> {
+        // SAFETY: the caller's promise.
+        unsafe { self.write_from(src, None) }
+    }
+
+    /// [`LentRows::write_rows_from`] of `picks` (each row in range), or of
+    /// every row in order for `None`.
+    ///
+    /// # Safety
+    /// As [`LentRows::write_rows_from`].
+    #[allow(unsafe_code)]
+    unsafe fn write_from(
+        &self,
+        src: &TensorDict,
+        picks: Option<&[(usize, Option<usize>)]>,
+    ) -> Result<(), TensorDictError> {
+        // The number of rows written, and pick `i`.
+        let count = picks.map_or(self.rows, <[_]>::len);
+        let pick = |i: usize| picks.map_or((i, Some(i)), |picks| picks[i]);
         // Whether row `j` comes from row `j` of `src`, for every `j` (a
         // send of a batch to some envs): then a column of `src` fits when
         // its last row does, and its rows are moved with one check.
-        let in_order = every
-            || picks
+        let in_order = picks.is_none_or(|picks| {
+            picks
                 .iter()
                 .enumerate()
-                .fold(true, |all, (j, &(_, from))| all & (from == Some(j)));
+                .fold(true, |all, (j, &(_, from))| all & (from == Some(j)))
+        });
         for column in &self.columns {
             let t = match src.get(&column.key) {
                 Some(Entry::Tensor(t)) => t,
                 Some(other) => {
                     return Err(row_mismatch(
                         column.key.clone(),
-                        picks.first().map_or(0, |&(row, _)| row),
+                        if count == 0 { 0 } else { pick(0).0 },
                         format!("is a {} but the batch holds a tensor", other.kind()),
                     ))
                 }
@@ -945,18 +980,15 @@ impl LentRows {
             // one per row).
             let all_fit = in_order
                 && t.dtype() == column.dtype
-                && picks
-                    .len()
-                    .checked_sub(1)
-                    .is_none_or(|last| fits(Some(last)));
+                && count.checked_sub(1).is_none_or(|last| fits(Some(last)));
             let misfit = if all_fit {
                 None
             } else {
-                picks
-                    .iter()
-                    .find(|&&(_, from)| t.dtype() != column.dtype || !fits(from))
+                (0..count)
+                    .map(pick)
+                    .find(|&(_, from)| t.dtype() != column.dtype || !fits(from))
             };
-            if let Some(&(row, from)) = misfit {
+            if let Some((row, from)) = misfit {
                 return Err(row_mismatch(
                     column.key.clone(),
                     row,
@@ -980,20 +1012,21 @@ impl LentRows {
                 t.as_bytes()
             };
             let n = column.row_bytes;
-            if every && src_rows == Some(self.rows) {
+            match picks {
                 // SAFETY: every row is in range, and none is in use (the
                 // caller's promise); `bytes` is not in the block (copied
-                // out above if it was) and as long as the block's rows.
-                unsafe { column.block.bytes_mut(0, self.rows * n) }.copy_from_slice(bytes);
-            } else if in_order {
+                // out above if it was) and has at least as many rows (they
+                // all fit): its first ones are read.
+                None => unsafe { column.block.bytes_mut(0, self.rows * n) }
+                    .copy_from_slice(&bytes[..self.rows * n]),
                 // SAFETY: the rows written are in range (asserted), and not
                 // in use (the caller's promise); `bytes` is not in the block.
-                unsafe { column.block.scatter_rows(n, picks, bytes) };
-            } else {
-                let picks = picks.iter().map(|&(row, from)| (row, from.unwrap_or(0)));
-                // SAFETY: the rows written are in range (asserted), and not
-                // in use (the caller's promise); `bytes` is not in the block.
-                unsafe { column.block.write_rows(n, picks, bytes) };
+                Some(picks) if in_order => unsafe { column.block.scatter_rows(n, picks, bytes) },
+                Some(picks) => {
+                    let picks = picks.iter().map(|&(row, from)| (row, from.unwrap_or(0)));
+                    // SAFETY: as above.
+                    unsafe { column.block.write_rows(n, picks, bytes) };
+                }
             }
         }
         Ok(())
@@ -1764,6 +1797,51 @@ mod tests {
             unsafe { rows.write_rows_from(&good, &[(2, Some(0))]) }
         }));
         assert!(out_of_range.is_err());
+    }
+
+    /// Every row written in order from a batch of as many rows or more (its
+    /// first ones read), as the picks of every row would; a source of too
+    /// few rows, or that lacks a key or holds another dtype, is an error
+    /// naming the key.
+    #[allow(unsafe_code)]
+    #[test]
+    fn every_row_is_written_from_the_first_rows_of_a_batch() {
+        let (rows, views) = LentRows::lend(&batch(2)).unwrap();
+        let obs = |row: usize| views[row].tensor("obs").unwrap().to_vec::<f32>().unwrap();
+        let mut src = batch(3);
+        src.set(
+            "obs",
+            Tensor::from_vec(&[3, 3], (0..9).map(|v| v as f32).collect()).unwrap(),
+        )
+        .unwrap();
+        // SAFETY: no view is in use (one thread).
+        unsafe { rows.write_every_row_from(&src) }.unwrap();
+        assert_eq!((obs(0), obs(1)), (vec![0.0, 1.0, 2.0], vec![3.0, 4.0, 5.0]));
+        let mut two = batch(2);
+        two.set("obs", Tensor::full(&[2, 3], 9.0f32)).unwrap();
+        // SAFETY: as above.
+        unsafe { rows.write_every_row_from(&two) }.unwrap();
+        assert_eq!((obs(0), obs(1)), (vec![9.0; 3], vec![9.0; 3]));
+        let mut wrong_dtype = batch(2);
+        wrong_dtype
+            .set("obs", Tensor::zeros(DType::F64, &[2, 3]))
+            .unwrap();
+        let mut missing = TensorDict::new(&[2]);
+        missing
+            .set("obs", Tensor::zeros(DType::F32, &[2, 3]))
+            .unwrap();
+        let cases: [(TensorDict, &[&str]); 3] = [
+            (batch(1), &["at row 1"]),
+            (wrong_dtype, &["obs", "f64"]),
+            (missing, &["info"]),
+        ];
+        for (src, words) in cases {
+            // SAFETY: as above.
+            let err = unsafe { rows.write_every_row_from(&src) }.unwrap_err();
+            for word in words {
+                assert!(err.to_string().contains(word), "{word} in {err}");
+            }
+        }
     }
 
     /// Tensors of rows of no bytes are lent, written and gathered like the

@@ -87,7 +87,8 @@ impl InputRows {
 
     /// Writes the inputs of the claimed jobs (env and row of `src`, as a
     /// send's) into the envs' rows, for the envs that `takes_input` names:
-    /// one copy per column for a send to every env in order. An error
+    /// one copy per column for a send to every env in order (`every_env`:
+    /// the jobs are env `j` from row `j` for every env). An error
     /// names the first such env (the send checked the inputs, so only a
     /// bug gives one) and gives the envs back (idle); the rows may then be
     /// partly written, which harms no one: a send writes them again before
@@ -95,6 +96,7 @@ impl InputRows {
     pub(super) fn write(
         &self,
         claimed: Claimed<'_>,
+        every_env: bool,
         src: &TensorDict,
         takes_input: impl Fn(usize) -> bool,
     ) -> Result<(), (usize, TensorDictError)> {
@@ -118,7 +120,13 @@ impl InputRows {
         // has not queued (`claimed`): no one runs it, and its last run came
         // before the claim; a row's one view is its env's input, used only
         // by whoever runs it. No view of these rows is in use.
-        let written = unsafe { self.rows.write_rows_from(src, picks) };
+        let written = unsafe {
+            if every && every_env {
+                self.rows.write_every_row_from(src)
+            } else {
+                self.rows.write_rows_from(src, picks)
+            }
+        };
         written.map_err(|source| {
             for &(env, _) in claimed.jobs {
                 claimed.phases.unclaim(env);

@@ -168,6 +168,7 @@ impl ThreadBackend {
             }
             return Err(err);
         }
+        let every_env_jobs = (0..specs.len()).map(|env| (env, Some(env))).collect();
         Ok(ThreadBackend {
             shared,
             specs,
@@ -176,6 +177,7 @@ impl ThreadBackend {
             input_rows,
             handles: Mutex::new(handles),
             pinned: pins.is_some(),
+            every_env_jobs,
         })
     }
 }

@@ -58,7 +58,8 @@ impl AsyncEnvPool {
                     };
                     at.clear();
                     rows.clear();
-                    for (j, &(of, row)) in taken.rows.iter().enumerate() {
+                    for j in 0..k {
+                        let (of, row) = taken.origin_at(j);
                         match row {
                             _ if of != send => {}
                             Some(row) => {

@@ -239,6 +239,7 @@ impl Book {
             tds: SmallVec::new(),
             envs,
             in_order: false,
+            every: false,
         };
         if let Some((
             EnvState::InFlight {
@@ -251,9 +252,8 @@ impl Book {
             if sent == op && taken.envs.len() == self.states.len() {
                 // Every env, of one send, env `j` from row `j`.
                 self.whole = Some((EnvState::Taking, send));
-                taken
-                    .rows
-                    .extend((0..taken.envs.len()).map(|j| (0, Some(j))));
+                // Env `j` from row `j`: no list of rows.
+                taken.every = true;
                 taken.sends.push(send);
                 taken.tds.push(self.sends[send].td.clone());
                 taken.in_order = true;
@@ -386,7 +386,8 @@ impl Book {
 #[derive(Debug)]
 pub(super) struct Taken {
     pub(super) envs: Vec<usize>,
-    /// Per env: its send's tensordict (an index into `tds`) and its row.
+    /// Per env: its send's tensordict (an index into `tds`) and its row
+    /// (read with [`Taken::origin_at`]; empty when `every`).
     pub(super) rows: Vec<(usize, Option<usize>)>,
     /// The sends of the envs (indices into [`Book::sends`]), each once.
     pub(super) sends: SmallVec<[usize; 2]>,
@@ -394,6 +395,9 @@ pub(super) struct Taken {
     pub(super) tds: SmallVec<[Option<Arc<TensorDict>>; 2]>,
     /// Whether the envs are of one send, env `j` from row `j` of it.
     pub(super) in_order: bool,
+    /// Whether they are every env of one send to all, env `j` from row `j`
+    /// (`in_order` too): then `rows` is empty, the rows implied.
+    pub(super) every: bool,
 }
 
 /// A per-env receive's env, taken (its state `Taking`).
@@ -409,14 +413,28 @@ pub(super) struct TakenEnv {
 impl Taken {
     /// The `j`-th env's sent tensordict and row.
     pub(super) fn origin(&self, j: usize) -> (Option<&TensorDict>, Option<usize>) {
-        let (at, row) = self.rows[j];
+        let (at, row) = self.origin_at(j);
         (self.tds[at].as_deref(), row)
+    }
+
+    /// The `j`-th env's send (an index into `tds`) and row.
+    pub(super) fn origin_at(&self, j: usize) -> (usize, Option<usize>) {
+        if self.every {
+            (0, Some(j))
+        } else {
+            self.rows[j]
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each taken env's send and row.
+    fn rows_of(taken: &Taken) -> Vec<(usize, Option<usize>)> {
+        (0..taken.envs.len()).map(|j| taken.origin_at(j)).collect()
+    }
 
     fn td(n: usize) -> Option<Arc<TensorDict>> {
         Some(Arc::new(TensorDict::new(&[n])))
@@ -440,7 +458,7 @@ mod tests {
         // Two envs of one send: one tensordict, rows in order.
         let taken = book.take(Op::Step, vec![1, 3]);
         assert_eq!(taken.tds.len(), 1);
-        assert_eq!(taken.rows, vec![(0, Some(0)), (0, Some(1))]);
+        assert_eq!(rows_of(&taken), vec![(0, Some(0)), (0, Some(1))]);
         assert_eq!(book.batch_in_flight, [0, 0, 0]);
         book.put_back(Op::Step, &[1, 3], false);
         assert_eq!(book.batch_in_flight, [0, 2, 0]);
@@ -487,7 +505,10 @@ mod tests {
         // Taken whole, put back, taken again, released whole.
         let taken = book.take(Op::Step, vec![0, 1, 2]);
         assert!(taken.in_order);
-        assert_eq!(taken.rows, vec![(0, Some(0)), (0, Some(1)), (0, Some(2))]);
+        assert_eq!(
+            rows_of(&taken),
+            vec![(0, Some(0)), (0, Some(1)), (0, Some(2))]
+        );
         assert_eq!(book.batch_in_flight, [0, 0, 0]);
         drop(taken);
         book.put_back(Op::Step, &[0, 1, 2], false);
@@ -519,7 +540,7 @@ mod tests {
         assert_eq!(book.batch_in_flight, [0, 0, 2]);
         book.release([2].into_iter());
         let rest = book.take(Op::StepAndMaybeReset, vec![0, 1]);
-        assert_eq!(rest.rows, vec![(0, Some(0)), (0, Some(1))]);
+        assert_eq!(rows_of(&rest), vec![(0, Some(0)), (0, Some(1))]);
         assert!(rest.in_order);
         drop((one, rest));
         book.release([0, 1].into_iter());
@@ -542,7 +563,10 @@ mod tests {
         assert!(book.whole.is_none());
         let taken = book.take(Op::Step, vec![0, 1, 2]);
         assert!(!taken.in_order);
-        assert_eq!(taken.rows, vec![(0, Some(1)), (0, Some(0)), (0, Some(2))]);
+        assert_eq!(
+            rows_of(&taken),
+            vec![(0, Some(1)), (0, Some(0)), (0, Some(2))]
+        );
         drop(taken);
         book.release([0, 1, 2].into_iter());
         book.send(Op::Step, false, &all, td(3));
