@@ -761,34 +761,35 @@ impl LentRows {
         rows: &[usize],
         or: Option<(&[bool], &LentRows, &LeafMap)>,
     ) -> TensorDict {
-        // One pass: every row in range, and whether they are every row in
-        // order (then each in range too).
-        // (Folded without a branch per row: a pass over all of them, as
-        // when they are every row, the case that asks.)
-        let every = rows.len() == self.rows
+        // One pass: whether the rows are a run of consecutive ones in range
+        // (every row in order, or half of them as an async receive of
+        // half the envs often takes: one copy a column), else another:
+        // every row in range. (Folded without a branch per row.)
+        let first = rows.first().copied().unwrap_or(0);
+        let run = first.saturating_add(rows.len()) <= self.rows
             && rows
                 .iter()
                 .enumerate()
-                .fold(true, |all, (j, &row)| all & (row == j));
+                .fold(true, |all, (j, &row)| all & (row == first + j));
         assert!(
-            every || rows.iter().fold(true, |all, &row| all & (row < self.rows)),
+            run || rows.iter().fold(true, |all, &row| all & (row < self.rows)),
             "a row out of range"
         );
         let from_other = |j: usize| or.is_some_and(|(instead, ..)| instead[j]);
         let others = or.map_or(0, |(instead, ..)| instead.iter().filter(|&&b| b).count());
-        // For every row in order: one copy of each column from the batch
-        // most rows come from, then the other rows one by one; otherwise
-        // each row from its batch.
+        // For a run of rows: one copy of each column from the batch most
+        // rows come from, then the other rows one by one; otherwise each
+        // row from its batch.
         let bulk_other = others * 2 > rows.len();
         let mixed = others != 0 && others != rows.len();
         // The rows each batch gives, `(j, row)`, found in one pass for all
         // columns: `picks[0]` this batch's, `picks[1]` the other's; for
-        // every row in order, only those not from the bulk's batch.
+        // a run of rows, only those not from the bulk's batch.
         let mut picks: [SmallVec<[(usize, usize); 16]>; 2] = Default::default();
         if mixed {
             for (j, &row) in rows.iter().enumerate() {
                 let other = from_other(j);
-                if !every || other != bulk_other {
+                if !run || other != bulk_other {
                     picks[usize::from(other)].push((j, row));
                 }
             }
@@ -803,7 +804,7 @@ impl LentRows {
             ));
         }
         // One storage for the batch's tensors: one allocation per gather.
-        let (columns, total) = (&self.columns, self.rows);
+        let (columns, count) = (&self.columns, rows.len());
         let tensors = Tensor::packed(parts, &mut self.recycled, |leaf, bytes| {
             let column = &columns[leaf];
             let n = column.row_bytes;
@@ -815,9 +816,9 @@ impl LentRows {
             // (asserted above, and in `gather_or`: the other batch has as
             // many rows, and its mapped tensor `n` bytes a row) and not in
             // use (the caller's promise).
-            if every {
-                // SAFETY: as above, for every row.
-                let all = unsafe { block_of(bulk_other).bytes(0, total * n) };
+            if run {
+                // SAFETY: as above, for the run's rows.
+                let all = unsafe { block_of(bulk_other).bytes(first * n, count * n) };
                 bytes.copy_from_slice(all);
                 if mixed {
                     let strays = picks[usize::from(!bulk_other)].iter().copied();

@@ -28,6 +28,13 @@ fn case() -> impl Strategy<Value = (TensorDict, Vec<usize>, TensorDict)> {
     })
 }
 
+/// Consecutive rows from the first of `picked`, as many (or to the last
+/// of `rows`).
+fn run_from(picked: &[usize], rows: usize) -> Vec<usize> {
+    let start = picked.first().copied().unwrap_or(0);
+    (start..rows).take(picked.len()).collect()
+}
+
 /// As [`case`], with which rows a mixed gather takes from the other batch
 /// (and every row in order, to gather them all).
 fn mixed() -> impl Strategy<Value = (TensorDict, Vec<usize>, TensorDict, Vec<bool>, Vec<bool>)> {
@@ -78,6 +85,10 @@ proptest! {
         let every: Vec<usize> = (0..rows.rows()).collect();
         // SAFETY: one thread: no view is in use.
         prop_assert_eq!(unsafe { rows.gather(&every) }, td.clone());
+        // A run of consecutive rows (one copy a column).
+        let run = run_from(&picked, rows.rows());
+        // SAFETY: one thread: no view is in use.
+        prop_assert_eq!(unsafe { rows.gather(&run) }, td.gather_rows(&run).unwrap());
 
         // Written through the views (in place: still views), the rows are
         // the other batch's.
@@ -115,7 +126,9 @@ proptest! {
         };
         let map = mine.leaves_in(&theirs).expect("one structure");
         let every: Vec<usize> = (0..mine.rows()).collect();
-        for (rows, flags) in [(&picked, &instead), (&every, &all_instead)] {
+        let run = run_from(&picked, mine.rows());
+        let run_instead = instead[..run.len()].to_vec();
+        for (rows, flags) in [(&picked, &instead), (&every, &all_instead), (&run, &run_instead)] {
             // SAFETY: one thread: no view is in use during a gather.
             let out = unsafe { mine.gather_or(rows, flags, &theirs, &map) };
             prop_assert_eq!(out.batch_size()[0], rows.len());
