@@ -796,11 +796,12 @@ impl LentRows {
         }
         // Pushed one by one: `collect` goes through `SmallVec`'s generic
         // `Extend`, several times the instructions.
-        let mut parts: SmallVec<[(DType, Shape); 8]> = SmallVec::new();
+        let mut parts: SmallVec<[(DType, Shape, usize); 8]> = SmallVec::new();
         for column in &self.columns {
             parts.push((
                 column.dtype,
                 shape_with_first(rows.len(), &column.row_shape),
+                rows.len() * column.row_bytes,
             ));
         }
         // One storage for the batch's tensors: one allocation per gather.

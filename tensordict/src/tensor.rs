@@ -243,23 +243,22 @@ impl Tensor {
         matches!(&self.storage, Backing::Row(b) if Arc::ptr_eq(b, block))
     }
 
-    /// Tensors of `parts` (dtype and shape each) side by side in one
-    /// storage (each at an 8-byte-aligned offset), their bytes written by
+    /// Tensors of `parts` (dtype, shape and byte count each, the count the
+    /// shape's, which the caller computed) side by side in one storage
+    /// (each at an 8-byte-aligned offset), their bytes written by
     /// `fill(i, bytes)`: one allocation for a whole batch's tensors, or
     /// none when `recycled` holds a storage of that size that no tensor
     /// views any more (a batch its receiver dropped). Each is copied on its
     /// first write, as any tensor whose storage is shared.
     pub(crate) fn packed(
-        parts: SmallVec<[(DType, Shape); 8]>,
+        parts: SmallVec<[(DType, Shape, usize); 8]>,
         recycled: &mut Recycled,
         mut fill: impl FnMut(usize, &mut [u8]),
     ) -> Vec<Tensor> {
-        let nbytes =
-            |(dtype, shape): &(DType, Shape)| shape.iter().product::<usize>() * dtype.size();
-        let total: usize = parts
+        debug_assert!(parts
             .iter()
-            .map(|part| nbytes(part).next_multiple_of(8))
-            .sum();
+            .all(|(dtype, shape, n)| shape.iter().product::<usize>() * dtype.size() == *n));
+        let total: usize = parts.iter().map(|part| part.2.next_multiple_of(8)).sum();
         let mut storage = recycled.take(total);
         {
             // Unique: just made, or no tensor views it (`Recycled::take`).
@@ -267,8 +266,7 @@ impl Tensor {
                 .expect("a storage no one else holds")
                 .bytes_mut();
             let mut at = 0;
-            for (i, part) in parts.iter().enumerate() {
-                let n = nbytes(part);
+            for (i, &(_, _, n)) in parts.iter().enumerate() {
                 fill(i, &mut bytes[at..at + n]);
                 at += n.next_multiple_of(8);
             }
@@ -276,9 +274,7 @@ impl Tensor {
         recycled.keep(&storage);
         let mut tensors = Vec::with_capacity(parts.len());
         let mut offset = 0;
-        for part in parts {
-            let nbytes = nbytes(&part);
-            let (dtype, shape) = part;
+        for (dtype, shape, nbytes) in parts {
             tensors.push(Tensor {
                 dtype,
                 shape,
