@@ -69,6 +69,30 @@ impl Inputs {
         let Some(last) = self.kind.len().checked_sub(1) else {
             return false;
         };
+        self.check_rows_up_to(op, src, last)
+    }
+
+    /// [`Inputs::check_every_env`] of a send to some envs whose rows of
+    /// `src` (`jobs`: env and row) are all given and at most `last`
+    /// (the largest, found by the caller): one check for all when the envs
+    /// are alike.
+    pub(super) fn check_alike_jobs(
+        &self,
+        op: Op,
+        src: Option<&TensorDict>,
+        jobs: &[(usize, Option<usize>)],
+    ) -> bool {
+        // The largest row, `None` if a job reads the whole tensordict (no
+        // branch a job).
+        let (largest, whole) = jobs.iter().fold((0, false), |(largest, whole), &(_, row)| {
+            (largest.max(row.unwrap_or(0)), whole | row.is_none())
+        });
+        !jobs.is_empty() && !whole && self.check_rows_up_to(op, src, largest)
+    }
+
+    /// Whether every env's input can be filled from any row of `src` up to
+    /// `last`, checked at once (see [`Inputs::check_every_env`]).
+    fn check_rows_up_to(&self, op: Op, src: Option<&TensorDict>, last: usize) -> bool {
         if !self.uniform {
             return false;
         }
