@@ -9,7 +9,6 @@ use envs::EnvSpecs;
 use pool_core::{Op, Output};
 use pool_proc::ProcBackend;
 use pool_thread::ThreadBackend;
-use smallvec::SmallVec;
 use tensordict::TensorDict;
 
 use crate::PoolError;
@@ -195,12 +194,7 @@ impl Dispatch {
 
     /// When each of `envs` (done) was published (a generation; smaller is
     /// older), appended to `out` in their order.
-    pub(crate) fn published_of<const N: usize>(
-        &self,
-        envs: &[usize],
-        out: &mut SmallVec<[u64; N]>,
-    ) {
-        out.reserve(envs.len());
+    pub(crate) fn published_of(&self, envs: &[usize], out: &mut Vec<u64>) {
         match self {
             Dispatch::Threads(b) => out.extend(envs.iter().map(|&env| b.published(env))),
             Dispatch::Procs(b) => out.extend(envs.iter().map(|&env| b.published(env))),

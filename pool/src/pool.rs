@@ -19,7 +19,7 @@ use crate::{
     Batch, ExchangeStats, PoolError, PoolSpecs, Recv, ResolvedExchange, StackMode, Target,
 };
 
-use self::book::{Book, EnvState, Job, Spare, Taken};
+use self::book::{Book, EnvState, Job, Taken};
 pub use self::builder::PoolBuilder;
 
 /// An asynchronous pool of environments, as TorchRL's `AsyncEnvPool`.
@@ -320,10 +320,10 @@ impl AsyncEnvPool {
                 self.backend().record_batch(&taken.envs, recv.max_get, op);
                 self.release(&taken.envs);
                 let Taken { envs, rows, .. } = taken;
-                self.book().spare = Spare {
-                    envs: Vec::new(),
-                    rows,
-                };
+                let mut book = self.book();
+                book.spare.envs = Vec::new();
+                book.spare.rows = rows;
+                drop(book);
                 let root = root.map(|root| Batch::new(root, envs.clone()));
                 Ok((Batch::new(step, envs), root))
             }

@@ -82,6 +82,8 @@ pub(super) struct Book {
 pub(super) struct Spare {
     pub(super) envs: Vec<usize>,
     pub(super) rows: Vec<(usize, Option<usize>)>,
+    /// When each ready env was published, for a receive of the oldest.
+    pub(super) ages: Vec<u64>,
 }
 
 impl Book {

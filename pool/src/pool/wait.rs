@@ -4,7 +4,6 @@
 use std::time::{Duration, Instant};
 
 use pool_core::Op;
-use smallvec::SmallVec;
 
 use super::book::{EnvState, Taken, TakenEnv};
 use super::AsyncEnvPool;
@@ -111,9 +110,11 @@ impl AsyncEnvPool {
                 if ready.len() > limit {
                     // The oldest results first (as a completion queue gives
                     // them), then in env order.
-                    let mut ages: SmallVec<[u64; 64]> = SmallVec::new();
+                    let mut ages = std::mem::take(&mut book.spare.ages);
+                    ages.clear();
                     backend.published_of(&ready, &mut ages);
                     keep_oldest(&mut ready, limit, &ages);
+                    book.spare.ages = ages;
                 }
                 return Ok(book.take(op, ready));
             }
