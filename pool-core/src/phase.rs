@@ -74,8 +74,9 @@ impl Phases {
 
     /// Counts the envs of `envs` whose result or error waits to be taken
     /// (as [`Phases::is_done`] of each) and whether any of them failed;
-    /// appends them to `ready`, in order, when at least `min` are done or
-    /// one failed (a look that finds too few for its receive lists none).
+    /// appends them to `ready`, in order, when at least `min` are done, or
+    /// one failed, or all are (a look that finds too few for its receive
+    /// lists none).
     /// Returns the count and the failure; when listed, the count is what
     /// was appended. The count takes one pass over the phases side by
     /// side; the list, when some envs are not done, a second.

@@ -175,18 +175,21 @@ impl Chunk {
     ) -> Chunk {
         if let Some(&(first, Some(first_row))) = jobs.first() {
             let first_takes = takes_input(first);
-            // No branch a job.
+            // No branch a job (wrapping: an absurd row fails `fits` below).
             let counting_up = jobs.iter().enumerate().fold(true, |all, (j, &(env, row))| {
-                all & (env == first + j)
-                    & (row == Some(first_row + j))
+                all & (env == first.wrapping_add(j))
+                    & (row == Some(first_row.wrapping_add(j)))
                     & (takes_input(env) == first_takes)
             });
-            let end = first_row.max(first) + jobs.len();
+            let fits = first_row
+                .max(first)
+                .checked_add(jobs.len())
+                .is_some_and(|end| end < NO_ROW as usize);
             if let (true, Ok(first), Ok(first_row), true) = (
                 counting_up,
                 u32::try_from(first),
                 u32::try_from(first_row),
-                end < NO_ROW as usize,
+                fits,
             ) {
                 return Chunk {
                     op,
@@ -196,7 +199,7 @@ impl Chunk {
                         first_row,
                         takes_input: first_takes,
                     },
-                    // Fits: checked with `end` above.
+                    // Fits: checked with `fits` above.
                     span: AtomicU64::new(span(0, jobs.len() as u32)),
                 };
             }

@@ -876,7 +876,7 @@ impl LentRows {
     /// `src` (each tensor's first dim) into row `row`, or, for `from` of
     /// `None`, `src` itself as the row. A batch's inputs written straight
     /// into the rows that its envs read: one copy of each column when
-    /// `picks` is every row in order, from as many rows. An error names the
+    /// `picks` is every row in order, from as many rows or more. An error names the
     /// first key that `src` lacks or holds with another dtype or shape, or
     /// a row past its first dim; the rows may then be partly written.
     ///

@@ -23,8 +23,9 @@ pub(super) struct Inputs {
     /// has state entries).
     pub(super) reset_takes_input: Vec<bool>,
     /// Whether every env's input buffer is of one kind and every env's
-    /// reset takes an input or none does: a send to every env is then
-    /// checked once ([`Inputs::check_every_env`]).
+    /// reset takes an input or none does: a send to every env, or to some
+    /// each from a row, is then checked once ([`Inputs::check_every_env`],
+    /// [`Inputs::check_alike_jobs`]).
     uniform: bool,
 }
 
@@ -72,22 +73,25 @@ impl Inputs {
         self.check_rows_up_to(op, src, last)
     }
 
-    /// [`Inputs::check_every_env`] of a send to some envs whose rows of
-    /// `src` (`jobs`: env and row) are all given and at most `last`
-    /// (the largest, found by the caller): one check for all when the envs
-    /// are alike.
+    /// [`Inputs::check_every_env`] of a send to some envs (`jobs`: env and
+    /// row of `src`) each from a row: one check, of the largest row, for
+    /// all when the envs are alike; false when a job reads the whole
+    /// tensordict, or the check cannot say (then each job is checked).
     pub(super) fn check_alike_jobs(
         &self,
         op: Op,
         src: Option<&TensorDict>,
         jobs: &[(usize, Option<usize>)],
     ) -> bool {
-        // The largest row, `None` if a job reads the whole tensordict (no
+        if !self.uniform || jobs.is_empty() {
+            return false;
+        }
+        // The largest row, and whether a job reads the whole tensordict (no
         // branch a job).
         let (largest, whole) = jobs.iter().fold((0, false), |(largest, whole), &(_, row)| {
             (largest.max(row.unwrap_or(0)), whole | row.is_none())
         });
-        !jobs.is_empty() && !whole && self.check_rows_up_to(op, src, largest)
+        !whole && self.check_rows_up_to(op, src, largest)
     }
 
     /// Whether every env's input can be filled from any row of `src` up to

@@ -208,9 +208,11 @@ impl RowStore {
         // env's step ended under its cell's lock: its writes happen before)
         // and it was not sent again since (a send clears the flags under
         // this lock before the env can run). So no view of these rows is in
-        // use. (A stale root row, `ROOT_IN_NEXT`, may be brought up to date
-        // through its view meanwhile, under its cell's lock: it is not read
-        // here; its `"next"` row is.)
+        // use. (A stale root row, `ROOT_IN_NEXT`, is taken from its `"next"`
+        // row instead; a gather of a run of rows may read it in its copy of
+        // the run and then write the `"next"` row over it. Only whoever
+        // reads the env's root brings that row up to date through its view,
+        // under its cell's lock: the receiver taking these envs, not now.)
         // SAFETY: as above.
         let next = (want & NEXT_ROW != 0).then(|| unsafe { lent.next.gather(envs) });
         let root = (want & ROOT_ROW != 0).then(|| {

@@ -279,6 +279,23 @@ fn a_send_to_some_envs_is_checked_and_leaves_nothing_claimed() {
         other => panic!("expected env 3's input error, got {other:?}"),
     }
     assert!(idle(&backend), "a failed send claims nothing");
+    // Checked at once when the envs are alike and each reads a row: a row
+    // past the batch, a job that reads the whole tensordict (a batch is no
+    // env's input) or no tensordict at all still name their env.
+    // The jobs, the sent tensordict, the env the error names.
+    type Case<'a> = (&'a [(usize, Option<usize>)], Option<&'a TensorDict>, usize);
+    let cases: [Case<'_>; 3] = [
+        (&[(0, Some(0)), (2, Some(2))], Some(&two), 2),
+        (&[(1, Some(0)), (3, None)], Some(&two), 3),
+        (&[(2, Some(0)), (0, Some(1))], None, 2),
+    ];
+    for (jobs, src, env) in cases {
+        match backend.send(Op::Step, jobs, src) {
+            Err(ThreadError::Input { env: e, .. }) if e == env => {}
+            other => panic!("expected env {env}'s input error for {jobs:?}, got {other:?}"),
+        }
+        assert!(idle(&backend), "a failed send claims nothing");
+    }
 
     backend
         .send(Op::Step, &[(3, Some(0)), (1, Some(1))], Some(&two))
