@@ -247,17 +247,12 @@ impl ThreadBackend {
         let takes_input = |env: usize| op != Op::Reset || self.inputs.reset_takes_input[env];
         // A send to envs of one kind (every env, or some, each from a row):
         // one check for all.
-        let to_check: &[(usize, Option<usize>)] = if every_env {
-            if self.inputs.check_every_env(op, src) {
-                &[]
-            } else {
-                jobs
-            }
-        } else if self.inputs.check_alike_jobs(op, src, jobs) {
-            &[]
+        let checked_at_once = if every_env {
+            self.inputs.check_every_env(op, src)
         } else {
-            jobs
+            self.inputs.check_alike_jobs(op, src, jobs)
         };
+        let to_check: &[(usize, Option<usize>)] = if checked_at_once { &[] } else { jobs };
         if let Err(err) = self.check_inputs(op, to_check, src, rows, &mut checked) {
             claimed.give_back();
             return Err(err);

@@ -249,17 +249,10 @@ fn cut_off(ages: &[u64], limit: usize) -> (u64, usize) {
     // (generation, how many), the first `len` in use.
     let mut table = [(0u64, 0usize); FEW];
     let mut len = 0;
-    // The entry of the last age: the next is usually the same (a run's).
-    let mut last = 0;
     'ages: for &age in ages {
-        if len > 0 && table[last].0 == age {
-            table[last].1 += 1;
-            continue;
-        }
-        for (at, (seen, count)) in table[..len].iter_mut().enumerate() {
+        for (seen, count) in &mut table[..len] {
             if *seen == age {
                 *count += 1;
-                last = at;
                 continue 'ages;
             }
         }
@@ -269,7 +262,6 @@ fn cut_off(ages: &[u64], limit: usize) -> (u64, usize) {
             return (cut, ages.iter().filter(|&&age| age < cut).count());
         }
         table[len] = (age, 1);
-        last = len;
         len += 1;
     }
     let table = &mut table[..len];
