@@ -201,6 +201,28 @@ impl Phases {
         let _ = phase.compare_exchange(done, IDLE, Ordering::AcqRel, Ordering::Relaxed);
     }
 
+    /// Marks env `env` idle after its receiver took its result: the env
+    /// is [`DONE`] or [`FAILED`], as a look with `Acquire` ([`Phases::get`],
+    /// [`Phases::done_in`]) showed the caller, and only the taker of a
+    /// result moves an env on from there (workers and deaths act on
+    /// [`QUEUED`] only). So a store, where [`Phases::release`] needs an
+    /// exchange: no locked instruction per env.
+    ///
+    /// # Panics
+    /// In debug builds, if the env is neither done nor failed.
+    #[inline]
+    pub fn release_taken(&self, env: usize) {
+        let phase = &self.phases[env];
+        debug_assert!(
+            matches!(phase.load(Ordering::Relaxed), DONE | FAILED),
+            "env {env} released while not done"
+        );
+        // Release: pairs with the Acquire of the next send's check or
+        // claim: the taking of the result comes before the next command
+        // (and the run before the taking: the caller's look was Acquire).
+        phase.store(IDLE, Ordering::Release);
+    }
+
     /// Env `env`'s atomic, for the liveness protocol.
     pub(crate) fn atomic(&self, env: usize) -> &AtomicU8 {
         &self.phases[env]
@@ -286,5 +308,18 @@ mod tests {
         phases.publish(0, true);
         phases.release(0);
         assert!(phases.is_idle(0));
+    }
+
+    /// A taken env is released by a store, from done or failed.
+    #[test]
+    fn a_taken_env_is_released() {
+        let phases = Phases::new(2);
+        for (env, failed) in [(0, false), (1, true)] {
+            assert!(phases.claim(env));
+            phases.publish(env, failed);
+            assert!(phases.is_done(env));
+            phases.release_taken(env);
+            assert!(phases.is_idle(env) && phases.claim(env));
+        }
     }
 }

@@ -150,3 +150,47 @@ fn an_input_written_after_a_claim_never_meets_the_last_run() {
         }
     });
 }
+
+/// As above with the store that releases a taken env: a receiver that
+/// looked and saw the env done releases it, and the next send's claim
+/// and input write still come after the run's read.
+#[test]
+fn an_input_written_after_a_taken_release_never_meets_the_last_run() {
+    loom::model(|| {
+        let phases = Arc::new(Phases::new(1));
+        let input = Arc::new(loom::cell::UnsafeCell::new(0u32));
+        assert!(phases.claim(0));
+        // SAFETY: no other thread exists yet.
+        input.with_mut(|row| unsafe { *row = 1 });
+        let worker = {
+            let (phases, input) = (phases.clone(), input.clone());
+            thread::spawn(move || {
+                // SAFETY: the access under test (loom checks it).
+                let action = input.with(|row| unsafe { *row });
+                assert_eq!(action, 1, "the run reads its send's input");
+                phases.publish(0, false);
+            })
+        };
+        // One look: only a receiver that saw the result takes it.
+        let receiver = {
+            let phases = phases.clone();
+            thread::spawn(move || {
+                if phases.is_done(0) {
+                    phases.release_taken(0);
+                }
+            })
+        };
+        let sender = {
+            let (phases, input) = (phases.clone(), input.clone());
+            thread::spawn(move || {
+                if phases.claim(0) {
+                    // SAFETY: the access under test (loom checks it).
+                    input.with_mut(|row| unsafe { *row = 2 });
+                }
+            })
+        };
+        worker.join().unwrap();
+        receiver.join().unwrap();
+        sender.join().unwrap();
+    });
+}

@@ -532,6 +532,17 @@ impl ThreadBackend {
         self.shared.phases.release(env);
     }
 
+    /// Marks `envs` idle once their receiver took their results (each is
+    /// done or failed, as the receiver's look saw): a store each, no
+    /// exchange ([`Phases::release_taken`](pool_core::Phases::release_taken)).
+    #[doc(hidden)]
+    #[inline]
+    pub fn release_taken(&self, envs: &[usize]) {
+        for &env in envs {
+            self.shared.phases.release_taken(env);
+        }
+    }
+
     /// Takes env `env`'s result: calls `read` on it while the slot is
     /// locked, then marks the env idle. An env that failed gives its error.
     /// The caller guarantees the env is done ([`ThreadBackend::is_done`]).

@@ -226,10 +226,10 @@ impl Dispatch {
     }
 
     /// Marks each of `envs` idle in the backend (their results dropped),
-    /// the backend matched once.
+    /// the backend matched once. Each was taken: done or failed.
     pub(crate) fn release_all(&self, envs: &[usize]) {
         match self {
-            Dispatch::Threads(b) => envs.iter().for_each(|&env| b.release(env)),
+            Dispatch::Threads(b) => b.release_taken(envs),
             Dispatch::Procs(b) => envs.iter().for_each(|&env| b.release(env)),
         }
     }
