@@ -794,54 +794,67 @@ impl LentRows {
                 }
             }
         }
-        // Pushed one by one: `collect` goes through `SmallVec`'s generic
-        // `Extend`, several times the instructions.
-        let mut parts: SmallVec<[(DType, Shape, usize); 8]> = SmallVec::new();
-        for column in &self.columns {
-            parts.push((
-                column.dtype,
-                shape_with_first(rows.len(), &column.row_shape),
-                rows.len() * column.row_bytes,
-            ));
-        }
-        // One storage for the batch's tensors: one allocation per gather.
+        // One storage for the batch's tensors: one allocation per gather
+        // (none once a dropped batch's storage comes back).
         let (columns, count) = (&self.columns, rows.len());
-        let tensors = Tensor::packed(parts, &mut self.recycled, |leaf, bytes| {
-            let column = &columns[leaf];
-            let n = column.row_bytes;
-            let block_of = |other: bool| match or {
-                Some((_, batch, map)) if other => &batch.columns[map.0[leaf]].block,
-                _ => &column.block,
-            };
-            // In every block below the rows are in range of both batches
-            // (asserted above, and in `gather_or`: the other batch has as
-            // many rows, and its mapped tensor `n` bytes a row) and not in
-            // use (the caller's promise).
-            if run {
-                // SAFETY: as above, for the run's rows.
-                let all = unsafe { block_of(bulk_other).bytes(first * n, count * n) };
-                bytes.copy_from_slice(all);
-                if mixed {
-                    let strays = picks[usize::from(!bulk_other)].iter().copied();
+        let total = columns
+            .iter()
+            .map(|column| (count * column.row_bytes).next_multiple_of(8))
+            .sum();
+        let packed = Tensor::packed(total, &mut self.recycled, |bytes| {
+            let mut at = 0;
+            for (leaf, column) in columns.iter().enumerate() {
+                let n = column.row_bytes;
+                let bytes = &mut bytes[at..at + count * n];
+                at += (count * n).next_multiple_of(8);
+                let block_of = |other: bool| match or {
+                    Some((_, batch, map)) if other => &batch.columns[map.0[leaf]].block,
+                    _ => &column.block,
+                };
+                // In every block below the rows are in range of both batches
+                // (asserted above, and in `gather_or`: the other batch has as
+                // many rows, and its mapped tensor `n` bytes a row) and not in
+                // use (the caller's promise).
+                if run {
+                    // SAFETY: as above, for the run's rows.
+                    let all = unsafe { block_of(bulk_other).bytes(first * n, count * n) };
+                    bytes.copy_from_slice(all);
+                    if mixed {
+                        let strays = picks[usize::from(!bulk_other)].iter().copied();
+                        // SAFETY: as above.
+                        unsafe { block_of(!bulk_other).copy_rows(n, strays, bytes) };
+                    }
+                } else if !mixed {
+                    // Every row from one batch (this one, or `other` for all).
                     // SAFETY: as above.
-                    unsafe { block_of(!bulk_other).copy_rows(n, strays, bytes) };
+                    unsafe { block_of(others != 0).gather_rows(n, rows, bytes) };
+                } else {
+                    // SAFETY: as above.
+                    unsafe { block_of(false).copy_rows(n, picks[0].iter().copied(), bytes) };
+                    // SAFETY: as above.
+                    unsafe { block_of(true).copy_rows(n, picks[1].iter().copied(), bytes) };
                 }
-            } else if !mixed {
-                // Every row from one batch (this one, or `other` for all).
-                // SAFETY: as above.
-                unsafe { block_of(others != 0).gather_rows(n, rows, bytes) };
-            } else {
-                // SAFETY: as above.
-                unsafe { block_of(false).copy_rows(n, picks[0].iter().copied(), bytes) };
-                // SAFETY: as above.
-                unsafe { block_of(true).copy_rows(n, picks[1].iter().copied(), bytes) };
             }
         });
-        let mut tensors = tensors.into_iter();
+        // The tensors, made as the template is walked (depth first in key
+        // order: the columns' order), each at its offset of the storage.
+        let (mut leaf, mut at) = (0, 0);
         build(
             &self.template,
-            &mut |_, _| tensors.next().expect("one tensor per column"),
-            Some(rows.len()),
+            &mut |_, _| {
+                let column = &columns[leaf];
+                let nbytes = count * column.row_bytes;
+                let tensor = Tensor::in_packed(
+                    column.dtype,
+                    shape_with_first(count, &column.row_shape),
+                    at,
+                    nbytes,
+                    &packed,
+                );
+                (leaf, at) = (leaf + 1, at + nbytes.next_multiple_of(8));
+                tensor
+            },
+            Some(count),
         )
     }
 

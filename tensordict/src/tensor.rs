@@ -127,6 +127,9 @@ enum Backing {
     Row(Arc<RowBlock>),
 }
 
+/// A storage of [`Tensor::packed`], which [`Tensor::in_packed`] tensors view.
+pub(crate) struct Packed(Arc<Storage>);
+
 /// Storages of [`Tensor::packed`] batches kept for reuse: the last two, so
 /// that a receiver that holds one batch while it asks for the next (and
 /// then drops the one before) gets the storage of the one before back.
@@ -243,48 +246,55 @@ impl Tensor {
         matches!(&self.storage, Backing::Row(b) if Arc::ptr_eq(b, block))
     }
 
-    /// Tensors of `parts` (dtype, shape and byte count each, the count the
-    /// shape's, which the caller computed) side by side in one storage
-    /// (each at an 8-byte-aligned offset), their bytes written by
-    /// `fill(i, bytes)`: one allocation for a whole batch's tensors, or
-    /// none when `recycled` holds a storage of that size that no tensor
-    /// views any more (a batch its receiver dropped). Each is copied on its
-    /// first write, as any tensor whose storage is shared.
+    /// One storage for a whole batch's tensors (`total` bytes, the sum of
+    /// their byte counts each rounded up to 8), its bytes written by
+    /// `fill`: one allocation per batch, or none when `recycled` holds a
+    /// storage of that size that no tensor views any more (a batch its
+    /// receiver dropped). The tensors are then made with
+    /// [`Tensor::in_packed`], each at an 8-byte-aligned offset; each is
+    /// copied on its first write, as any tensor whose storage is shared.
     pub(crate) fn packed(
-        parts: SmallVec<[(DType, Shape, usize); 8]>,
+        total: usize,
         recycled: &mut Recycled,
-        mut fill: impl FnMut(usize, &mut [u8]),
-    ) -> Vec<Tensor> {
-        debug_assert!(parts
-            .iter()
-            .all(|(dtype, shape, n)| shape.iter().product::<usize>() * dtype.size() == *n));
-        let total: usize = parts.iter().map(|part| part.2.next_multiple_of(8)).sum();
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Packed {
         let mut storage = recycled.take(total);
-        {
-            // Unique: just made, or no tensor views it (`Recycled::take`).
-            let bytes = Arc::get_mut(&mut storage)
-                .expect("a storage no one else holds")
-                .bytes_mut();
-            let mut at = 0;
-            for (i, &(_, _, n)) in parts.iter().enumerate() {
-                fill(i, &mut bytes[at..at + n]);
-                at += n.next_multiple_of(8);
-            }
-        }
+        // Unique: just made, or no tensor views it (`Recycled::take`).
+        let bytes = Arc::get_mut(&mut storage)
+            .expect("a storage no one else holds")
+            .bytes_mut();
+        fill(&mut bytes[..total]);
         recycled.keep(&storage);
-        let mut tensors = Vec::with_capacity(parts.len());
-        let mut offset = 0;
-        for (dtype, shape, nbytes) in parts {
-            tensors.push(Tensor {
-                dtype,
-                shape,
-                offset,
-                nbytes,
-                storage: Backing::Shared(Arc::clone(&storage)),
-            });
-            offset += nbytes.next_multiple_of(8);
+        Packed(storage)
+    }
+
+    /// The tensor of `dtype` and `shape` (of `nbytes` bytes, the shape's,
+    /// which the caller computed) at `offset` of `packed`.
+    ///
+    /// # Panics
+    /// If the bytes are not inside the storage.
+    #[inline]
+    pub(crate) fn in_packed(
+        dtype: DType,
+        shape: Shape,
+        offset: usize,
+        nbytes: usize,
+        packed: &Packed,
+    ) -> Tensor {
+        debug_assert_eq!(shape.iter().product::<usize>() * dtype.size(), nbytes);
+        assert!(
+            offset
+                .checked_add(nbytes)
+                .is_some_and(|end| end <= packed.0.words.len() * 8),
+            "a tensor outside its packed storage"
+        );
+        Tensor {
+            dtype,
+            shape,
+            offset,
+            nbytes,
+            storage: Backing::Shared(Arc::clone(&packed.0)),
         }
-        tensors
     }
 
     /// A tensor of this dtype and shape holding a copy of `bytes` (as many
