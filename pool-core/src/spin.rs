@@ -35,6 +35,18 @@ pub const SPINS_PER_YIELD: u32 = 2;
 /// `spin_loop` hints in a round that does not yield.
 pub const PAUSES: u32 = 3;
 
+/// How long the threading backend's spare worker naps at a time while
+/// it rests (envs quick, workers on every core: the last worker takes no
+/// job of its own, so that the calling thread, which helps or does the
+/// pool's bookkeeping, has a core; see `pool-thread`'s `Shared::spare`).
+/// After a nap in which jobs stayed queued and nobody claimed one (a
+/// worker stuck inside a step), it claims the queued jobs: none waits
+/// behind a stuck step for much longer than two naps. Half a millisecond:
+/// the bound of a result held by a worker inside a long step
+/// ([`RESCUE_AFTER`] plus a receiver's nap) is of that order too; a nap
+/// costs the spare a few microseconds of a core.
+pub const SPARE_NAP: Duration = Duration::from_micros(500);
+
 /// The longest a receiver of the threading backend sleeps at a time
 /// before it looks again, and publishes results that a worker holds while
 /// it is inside a long step (see [`PUBLISH_RUN`]).

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use envs::{Env, EnvError, EnvSpecs};
 use pool_core::phase::{DONE, FAILED};
+use pool_core::spin::HELP_MAX_ENV_TIME;
 use pool_core::{lock, peek_cells, Output, Phases, Signal};
 use tensordict::TensorDict;
 
@@ -79,6 +80,16 @@ struct Shared {
     queue: WorkQueue,
     done: Signal,
     workers: usize,
+    /// The spare worker, the last, with workers on every core (at least
+    /// two) and none pinned: while envs are quick (as for a receiver's
+    /// help, `HELP_MAX_ENV_TIME`) sends queue nothing for it and it rests
+    /// (`worker.rs`), so that the workers and the calling thread, which
+    /// helps in a synchronous step and does the pool's bookkeeping in an
+    /// asynchronous one, are no more threads than the cores: a third
+    /// thread on two cores takes the core of whichever is running. It
+    /// works as the others while envs are slow, and claims queued jobs
+    /// that wait on a stuck worker ([`pool_core::spin::SPARE_NAP`]).
+    spare: Option<usize>,
     /// How long a receiver spins before sleeping: `RECEIVER_SPIN`, or the
     /// shorter `RECEIVER_SPIN_NO_SPARE_CORE` when the workers already use
     /// every core (`pool_core::spin`).
@@ -100,6 +111,18 @@ struct Shared {
 }
 
 impl Shared {
+    /// Whether env steps are quick (a moving average under
+    /// `HELP_MAX_ENV_TIME`): receivers help, and the spare worker rests.
+    fn envs_are_quick(&self) -> bool {
+        self.env_nanos.load(Ordering::Relaxed) < HELP_MAX_ENV_TIME.as_nanos() as u64
+    }
+
+    /// Whether the spare worker rests (see [`Shared::spare`]): sends queue
+    /// nothing for it.
+    fn spare_rests(&self) -> bool {
+        self.spare.is_some() && self.envs_are_quick()
+    }
+
     /// Nanoseconds since `clock`.
     fn now(&self) -> u64 {
         u64::try_from(self.clock.elapsed().as_nanos()).unwrap_or(u64::MAX)
@@ -274,15 +297,17 @@ impl ThreadBackend {
             lock(batch).sent(jobs.iter().map(|&(env, _)| env));
         }
         // The jobs go straight into the workers' queues, a chunk per worker.
+        // None for the spare worker while it rests.
         let shared_src = shared_src.cloned();
+        let but_last = self.shared.spare_rests();
         if every_env {
             self.shared
                 .queue
-                .push_every_env(op, shared_src, takes_input);
+                .push_every_env(op, shared_src, takes_input, but_last);
         } else {
             self.shared
                 .queue
-                .push_jobs(op, shared_src, jobs, takes_input);
+                .push_jobs(op, shared_src, jobs, takes_input, but_last);
         }
         Ok(())
     }
@@ -568,6 +593,10 @@ impl ThreadBackend {
         // Receivers blocked on results return (and see the shutdown).
         self.shared.done.close();
         let handles = std::mem::take(&mut *lock(&self.handles));
+        // A resting spare worker naps: woken to see the stop.
+        for handle in &handles {
+            handle.thread().unpark();
+        }
         let deadline = Instant::now() + SHUTDOWN_GRACE;
         for handle in handles {
             while !handle.is_finished() && Instant::now() < deadline {

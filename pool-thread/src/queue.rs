@@ -367,6 +367,10 @@ pub(crate) struct WorkQueue {
     /// Per env: the worker whose queue it goes to (envs in blocks, in
     /// order), looked up rather than divided out on every push.
     homes: Box<[u16]>,
+    /// The same over every queue but the last, for pushes while the last
+    /// worker rests (the spare: see `ThreadBackend`'s workers); `None`
+    /// with one queue.
+    homes_but_last: Option<Box<[u16]>>,
     pushed: Signal,
     stop: AtomicBool,
 }
@@ -380,45 +384,63 @@ impl WorkQueue {
     /// Queues for `workers` workers (at least one) sharing `envs` envs.
     pub(crate) fn new(workers: usize, envs: usize) -> WorkQueue {
         let queues = workers.clamp(1, usize::from(u16::MAX));
-        WorkQueue {
-            queues: (0..queues).map(|_| Mutex::default()).collect(),
-            homes: (0..envs)
+        // Envs in blocks, in order, over `n` queues.
+        let homes = |n: usize| -> Box<[u16]> {
+            (0..envs)
                 .map(|env| {
-                    let home = (env * queues / envs.max(1)).min(queues - 1);
+                    let home = (env * n / envs.max(1)).min(n - 1);
                     u16::try_from(home).expect("fewer workers than u16::MAX")
                 })
-                .collect(),
+                .collect()
+        };
+        WorkQueue {
+            queues: (0..queues).map(|_| Mutex::default()).collect(),
+            homes: homes(queues),
+            homes_but_last: (queues > 1).then(|| homes(queues - 1)),
             pushed: Signal::default(),
             stop: AtomicBool::new(false),
         }
     }
 
-    /// The worker whose queue env `env` goes to: envs in blocks, in order
-    /// (an env past the last, which a send never queues, to the last).
+    /// Each env's home: over every queue, or over all but the last while
+    /// its worker rests (`but_last`, with more than one queue).
     #[inline]
-    fn home(&self, env: usize) -> usize {
-        self.homes
+    fn homes(&self, but_last: bool) -> &[u16] {
+        match &self.homes_but_last {
+            Some(homes) if but_last => homes,
+            _ => &self.homes,
+        }
+    }
+
+    /// The worker whose queue env `env` goes to (see [`WorkQueue::homes`]):
+    /// envs in blocks, in order (an env past the last, which a send never
+    /// queues, to the last).
+    #[inline]
+    fn home(&self, env: usize, but_last: bool) -> usize {
+        self.homes(but_last)
             .get(env)
             .map_or(self.queues.len() - 1, |&home| usize::from(home))
     }
 
     /// Queues `jobs` (env, row of `src`) of `op`: each run of consecutive
     /// jobs whose envs share a home queue becomes one chunk there (one per
-    /// worker for a send in env order), `takes_input(env)` saying whether
-    /// the env is given its row; then wakes the workers.
+    /// worker for a send in env order; none in the last queue if
+    /// `but_last`), `takes_input(env)` saying whether the env is given its
+    /// row; then wakes the workers.
     pub(crate) fn push_jobs(
         &self,
         op: Op,
         src: Option<Arc<TensorDict>>,
         jobs: &[(usize, Option<usize>)],
         takes_input: impl Fn(usize) -> bool,
+        but_last: bool,
     ) {
         let mut start = 0;
         while start < jobs.len() {
-            let home = self.home(jobs[start].0);
+            let home = self.home(jobs[start].0, but_last);
             let end = jobs[start..]
                 .iter()
-                .position(|&(env, _)| self.home(env) != home)
+                .position(|&(env, _)| self.home(env, but_last) != home)
                 .map_or(jobs.len(), |len| start + len);
             let chunk = Arc::new(Chunk::of_jobs(
                 op,
@@ -433,21 +455,23 @@ impl WorkQueue {
     }
 
     /// Queues a send of `op` to every env, env `j` from row `j` of `src`:
-    /// one chunk per worker's block of envs; then wakes the workers. As
-    /// [`WorkQueue::push_jobs`] of those jobs, without looking up each
-    /// env's home.
+    /// one chunk per worker's block of envs (but the last's, if
+    /// `but_last`); then wakes the workers. As [`WorkQueue::push_jobs`] of
+    /// those jobs, without looking up each env's home.
     pub(crate) fn push_every_env(
         &self,
         op: Op,
         src: Option<Arc<TensorDict>>,
         takes_input: impl Fn(usize) -> bool,
+        but_last: bool,
     ) {
+        let homes = self.homes(but_last);
         let mut start = 0;
-        while start < self.homes.len() {
-            let home = self.home(start);
+        while start < homes.len() {
+            let home = usize::from(homes[start]);
             // Homes are blocks in env order: the block ends where the next
             // home begins.
-            let end = start + self.homes[start..].partition_point(|&h| usize::from(h) == home);
+            let end = start + homes[start..].partition_point(|&h| usize::from(h) == home);
             let first = takes_input(start);
             let chunk = if (start + 1..end).all(|env| takes_input(env) == first) {
                 Chunk::block(op, src.clone(), start..end, first)
@@ -488,6 +512,59 @@ impl WorkQueue {
             }
         }
         self.claim_queued(worker)
+    }
+
+    /// As [`WorkQueue::try_pop`] without stealing: from `current` if it is
+    /// the worker's own chunk, else from the front of its own queue.
+    pub(crate) fn try_pop_own(
+        &self,
+        worker: usize,
+        current: &mut Option<Current>,
+    ) -> Option<Claim> {
+        if self.stop.load(Ordering::Acquire) {
+            return None;
+        }
+        if let Some(Current {
+            chunk,
+            stolen: None,
+        }) = current.take()
+        {
+            if let Some(claimed) = chunk.claim(1, false) {
+                return Some(Claim {
+                    chunk,
+                    index: claimed.start,
+                    stolen: None,
+                });
+            }
+        }
+        claim_one(&mut lock(&self.queues[worker % self.queues.len()]), None)
+    }
+
+    /// A mark of the jobs nobody has claimed yet (which chunks, and how
+    /// far each was claimed), `None` if there are none: the same mark at
+    /// two moments means that nobody claimed a job in between (bar a
+    /// chunk's memory reused for one claimed as far, which only costs a
+    /// spare worker's look).
+    pub(crate) fn unclaimed_mark(&self) -> Option<u64> {
+        let mut mark = None;
+        for queue in &self.queues {
+            for chunk in lock(queue).iter() {
+                // Relaxed: a hint, as any look at a span before a claim.
+                let span = chunk.span.load(Ordering::Relaxed);
+                let (front, back) = unspan(span);
+                if front < back {
+                    let at = Arc::as_ptr(chunk) as usize as u64;
+                    let old: u64 = mark.unwrap_or(0);
+                    mark = Some(old.rotate_left(7) ^ at ^ span);
+                }
+            }
+        }
+        mark
+    }
+
+    /// Whether the queue is stopped.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
     }
 
     /// [`WorkQueue::try_pop`] past the current chunk: the first chunk of
@@ -557,6 +634,13 @@ impl WorkQueue {
         }
     }
 
+    /// How many chunks worker `worker`'s own queue holds (spent ones
+    /// included until a claim drops them).
+    #[cfg(test)]
+    pub(crate) fn chunks_of(&self, worker: usize) -> usize {
+        lock(&self.queues[worker % self.queues.len()]).len()
+    }
+
     /// Whether worker `worker`'s own queue has no job left to claim (its
     /// next [`WorkQueue::pop`] would steal or wait).
     #[cfg(test)]
@@ -581,7 +665,7 @@ mod tests {
     /// Resets of envs `envs` (no input), queued.
     fn push(queue: &WorkQueue, envs: std::ops::Range<usize>) {
         let jobs: Vec<(usize, Option<usize>)> = envs.map(|env| (env, None)).collect();
-        queue.push_jobs(Op::Reset, None, &jobs, |_| false);
+        queue.push_jobs(Op::Reset, None, &jobs, |_| false, false);
     }
 
     /// The env of the next job worker `worker` claims (its current chunk
@@ -685,7 +769,7 @@ mod tests {
         let queue = WorkQueue::new(2, 8);
         let src = Arc::new(TensorDict::new(&[4]));
         let jobs = [(6, Some(0)), (1, Some(1)), (2, Some(2)), (7, Some(3))];
-        queue.push_jobs(Op::Step, Some(src), &jobs, |env| env != 2);
+        queue.push_jobs(Op::Step, Some(src), &jobs, |env| env != 2, false);
         let mut w0 = None;
         let mut seen = Vec::new();
         while let Some(claim) = queue.try_pop(0, &mut w0) {
@@ -716,13 +800,16 @@ mod tests {
             ("every other one does", |env| env % 2 == 0),
         ];
         for (case, takes_input) in cases {
-            for (workers, envs) in [(2, 8), (3, 7), (1, 3), (4, 2)] {
+            for ((workers, envs), but_last) in [(2, 8), (3, 7), (1, 3), (4, 2)]
+                .into_iter()
+                .flat_map(|size| [(size, false), (size, true)])
+            {
                 let src = Arc::new(TensorDict::new(&[envs]));
                 let every = WorkQueue::new(workers, envs);
-                every.push_every_env(Op::Step, Some(Arc::clone(&src)), takes_input);
+                every.push_every_env(Op::Step, Some(Arc::clone(&src)), takes_input, but_last);
                 let jobs: Vec<(usize, Option<usize>)> = (0..envs).map(|e| (e, Some(e))).collect();
                 let each = WorkQueue::new(workers, envs);
-                each.push_jobs(Op::Step, Some(src), &jobs, takes_input);
+                each.push_jobs(Op::Step, Some(src), &jobs, takes_input, but_last);
                 let chunks = |q: &WorkQueue| -> Vec<Vec<(usize, Option<Option<usize>>)>> {
                     q.queues
                         .iter()
@@ -742,9 +829,18 @@ mod tests {
                         })
                         .collect()
                 };
-                let what = format!("{case}: {workers} workers, {envs} envs");
+                let what = format!("{case}: {workers} workers, {envs} envs, {but_last}");
+                // Without the last queue (of more than one) while it rests.
+                let queues = if but_last && workers > 1 {
+                    workers - 1
+                } else {
+                    workers
+                };
                 assert_eq!(chunks(&every), chunks(&each), "{what}");
-                assert_eq!(chunks(&every).len(), workers.min(envs), "{what}");
+                assert_eq!(chunks(&every).len(), queues.min(envs), "{what}");
+                if queues < workers {
+                    assert!(lock(&every.queues[workers - 1]).is_empty(), "{what}");
+                }
                 let blocks = every
                     .queues
                     .iter()
@@ -756,7 +852,7 @@ mod tests {
                     })
                     .collect::<Vec<_>>();
                 // A block of one env is always uniform.
-                let uniform = case != "every other one does" || envs / workers.min(envs) == 1;
+                let uniform = case != "every other one does" || envs / queues.min(envs) == 1;
                 if uniform {
                     assert!(blocks.iter().all(|&b| b), "{what}: {blocks:?}");
                 } else {

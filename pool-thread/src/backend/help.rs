@@ -1,9 +1,6 @@
 //! `ThreadBackend::help`: a receiver that must wait for every env in
 //! flight anyway runs queued envs itself while env steps are quick.
 
-use std::sync::atomic::Ordering;
-
-use pool_core::spin::HELP_MAX_ENV_TIME;
 use smallvec::SmallVec;
 
 use super::worker::{publish_run, run_only, Held, StepTiming};
@@ -27,9 +24,7 @@ impl ThreadBackend {
     /// receiver helps only when it has to wait for every queued env anyway.
     #[doc(hidden)]
     pub fn help(&self) -> usize {
-        let quick =
-            self.shared.env_nanos.load(Ordering::Relaxed) < HELP_MAX_ENV_TIME.as_nanos() as u64;
-        if self.pinned || !quick {
+        if self.pinned || !self.shared.envs_are_quick() {
             return 0;
         }
         let mut timing = StepTiming::new();

@@ -108,6 +108,9 @@ impl ThreadBackend {
             queue: WorkQueue::new(workers, cells_len),
             done: Signal::with_max_sleep(RECEIVER_RESCAN),
             workers,
+            // Pinned workers keep their cores; the calling thread is not
+            // one of them.
+            spare: (workers >= 2 && workers >= cores && pins.is_none()).then(|| workers - 1),
             receiver_spin,
             // No helping, and no runs of results, until runs of steps
             // showed quick envs.

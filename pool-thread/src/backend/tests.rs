@@ -1,5 +1,6 @@
 //! Tests of the threading backend as a whole: a receiver's help, results
-//! that do not wait for a stuck env, a worker that cannot pin itself.
+//! that do not wait for a stuck env, the spare worker, a worker that
+//! cannot pin itself.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -174,6 +175,68 @@ fn results_do_not_wait_for_a_stuck_env() {
         hold.store(false, Ordering::SeqCst);
         collect(&backend, 8);
     }
+}
+
+/// With workers on every core, the last one rests while envs are quick:
+/// a send queues nothing for it. It still runs the jobs that wait behind
+/// a step that does not return: on two workers, env 0 stuck first of the
+/// only working worker's envs, the spare runs every other env (the
+/// receiver only waits: no help).
+#[test]
+fn a_resting_spare_worker_runs_the_jobs_behind_a_stuck_step() {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .max(2);
+    let n = 4 * workers;
+    let hold = Arc::new(AtomicBool::new(false));
+    let ran_on = Arc::new(Mutex::new(Vec::new()));
+    let factories: Vec<EnvFactory> = (0..n)
+        .map(|index| {
+            let (hold, ran_on) = (Arc::clone(&hold), Arc::clone(&ran_on));
+            Box::new(move || Ok(held(index, 0, hold, ran_on))) as EnvFactory
+        })
+        .collect();
+    let options = ThreadOptions::default().threads(workers);
+    let backend = ThreadBackend::start(factories, &options, Rows::Batch).unwrap();
+    assert_eq!(backend.shared.spare, Some(workers - 1));
+    let spare = lock(&backend.handles)[workers - 1].thread().id();
+    let all: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, None)).collect();
+    backend.send(Op::Reset, &all, None).unwrap();
+    collect(&backend, n);
+    // Steps of a nanosecond: quick.
+    backend.shared.env_nanos.store(1, Ordering::SeqCst);
+    assert!(backend.shared.spare_rests());
+    let mut actions = TensorDict::new(&[n]);
+    actions
+        .set("action", tensordict::Tensor::full(&[n, 1], 1i64))
+        .unwrap();
+    let rows: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, Some(env))).collect();
+    hold.store(true, Ordering::SeqCst);
+    lock(&ran_on).clear();
+    backend.send(Op::Step, &rows, Some(&actions)).unwrap();
+    assert_eq!(
+        backend.shared.queue.chunks_of(workers - 1),
+        0,
+        "queued for the spare"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(1..n).all(|env| backend.is_done(env)) {
+        assert!(
+            Instant::now() < deadline,
+            "the jobs behind env 0 waited for it"
+        );
+        backend.wait(backend.generation(), Some(deadline));
+    }
+    assert!(!backend.is_done(0), "env 0 not stuck");
+    if workers == 2 {
+        let ran = lock(&ran_on);
+        assert!(
+            ran.iter().filter(|&&id| id == spare).count() >= n - 1,
+            "the spare ran the envs behind the stuck one"
+        );
+    }
+    hold.store(false, Ordering::SeqCst);
+    collect(&backend, n);
 }
 
 /// A worker thread that cannot pin itself reports the kernel's refusal,

@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
-use pool_core::spin::{PUBLISH_RUN, PUBLISH_RUN_ENVS, RESCUE_AFTER};
+use pool_core::spin::{PUBLISH_RUN, PUBLISH_RUN_ENVS, RESCUE_AFTER, SPARE_NAP};
 use pool_core::{lock, Op};
 use smallvec::SmallVec;
 
 use super::cell::{prepare, run_cell, sync_root, Cell};
 use super::Shared;
-use crate::queue::{Current, Job};
+use crate::queue::{Claim, Current, Job};
 
 /// A worker: claims its envs one at a time from its chunk (the others stay
 /// there, where another worker or a helping receiver can claim them), runs each,
@@ -27,23 +27,33 @@ use crate::queue::{Current, Job};
 /// its worker is inside a step that runs long is published by a receiver
 /// (`rescue`), so that no result waits on another env's step for much
 /// longer than `RESCUE_AFTER` plus a receiver's nap (`RECEIVER_RESCAN`).
+///
+/// The spare worker ([`Shared::spare`]) claims its jobs through
+/// [`spare_claim`] instead.
 pub(super) fn worker_loop(shared: &Shared, worker: usize) {
     let mut timing = StepTiming::new();
     // The chunk of the worker's last claim, claimed from without a lock.
     let mut current: Option<Current> = None;
     // How many results the current run publishes at once (`run_envs`).
     let mut run = 1;
+    let spare = shared.spare == Some(worker);
+    // The spare's: whether it claims the queued jobs of stuck workers.
+    let mut draining = false;
     loop {
-        let claim = match shared.queue.try_pop(worker, &mut current) {
-            Some(claim) => claim,
-            None => {
-                // Nothing queued: the results held are published, and the
-                // run of steps ends, before the wait.
-                publish(shared, worker, &mut lock(&shared.held[worker]));
-                timing.end(&shared.env_nanos);
-                match shared.queue.pop(worker, &mut current) {
-                    Some(claim) => claim,
-                    None => return,
+        let claim = if spare {
+            match spare_claim(shared, worker, &mut current, &mut timing, &mut draining) {
+                Some(claim) => claim,
+                None => return,
+            }
+        } else {
+            match shared.queue.try_pop(worker, &mut current) {
+                Some(claim) => claim,
+                None => {
+                    ended_run(shared, worker, &mut timing);
+                    match shared.queue.pop(worker, &mut current) {
+                        Some(claim) => claim,
+                        None => return,
+                    }
                 }
             }
         };
@@ -63,6 +73,55 @@ pub(super) fn worker_loop(shared: &Shared, worker: usize) {
         if held.len() >= run {
             publish(shared, worker, &mut held);
         }
+    }
+}
+
+/// Nothing to claim: the results a worker holds are published, and its
+/// run of steps ends, before it waits.
+fn ended_run(shared: &Shared, worker: usize, timing: &mut StepTiming) {
+    publish(shared, worker, &mut lock(&shared.held[worker]));
+    timing.end(&shared.env_nanos);
+}
+
+/// The spare worker's next job; `None` once the queue is stopped. While
+/// envs are slow it works as the others. While they are quick it rests
+/// ([`Shared::spare_rests`]): it claims only what is left in its own queue
+/// (queued before it began to rest), then naps ([`SPARE_NAP`]); after a
+/// nap in which jobs stayed queued and nobody claimed one (a worker stuck
+/// inside a step, or held off its core), it claims jobs wherever they are
+/// (`draining`) until none is left.
+fn spare_claim(
+    shared: &Shared,
+    worker: usize,
+    current: &mut Option<Current>,
+    timing: &mut StepTiming,
+    draining: &mut bool,
+) -> Option<Claim> {
+    loop {
+        let rests = shared.spare_rests();
+        let claim = if rests && !*draining {
+            shared.queue.try_pop_own(worker, current)
+        } else {
+            shared.queue.try_pop(worker, current)
+        };
+        if claim.is_some() {
+            return claim;
+        }
+        *draining = false;
+        ended_run(shared, worker, timing);
+        if !rests {
+            // As any worker: sleeps until something is queued. (A push
+            // made once the spare rests wakes it too: it claims at most
+            // that one job of another's before it rests.)
+            return shared.queue.pop(worker, current);
+        }
+        if shared.queue.is_stopped() {
+            return None;
+        }
+        let before = shared.queue.unclaimed_mark();
+        // Woken early only by a shutdown.
+        std::thread::park_timeout(SPARE_NAP);
+        *draining = before.is_some() && shared.queue.unclaimed_mark() == before;
     }
 }
 
