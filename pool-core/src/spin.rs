@@ -44,8 +44,15 @@ pub const PAUSES: u32 = 3;
 /// behind a stuck step for much longer than two naps. Half a millisecond:
 /// the bound of a result held by a worker inside a long step
 /// ([`RESCUE_AFTER`] plus a receiver's nap) is of that order too; a nap
-/// costs the spare a few microseconds of a core.
+/// costs the spare a few microseconds of a core. A nap with no send in it
+/// doubles the next, up to [`SPARE_NAP_IDLE`].
 pub const SPARE_NAP: Duration = Duration::from_micros(500);
+
+/// The longest nap of a resting spare worker: what it naps once its pool
+/// has been idle (no send) for a while, so that an idle pool wakes it
+/// about 50 times a second, not 2000. The first send after such a pause
+/// waits that long at most for the spare if a worker gets stuck at once.
+pub const SPARE_NAP_IDLE: Duration = Duration::from_millis(20);
 
 /// The longest a receiver of the threading backend sleeps at a time
 /// before it looks again, and publishes results that a worker holds while

@@ -562,6 +562,12 @@ impl WorkQueue {
         mark
     }
 
+    /// How many pushes there have been (a count that moves with every
+    /// send).
+    pub(crate) fn pushes(&self) -> u64 {
+        self.pushed.generation()
+    }
+
     /// Whether the queue is stopped.
     pub(crate) fn is_stopped(&self) -> bool {
         self.stop.load(Ordering::Acquire)

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
-use pool_core::spin::{PUBLISH_RUN, PUBLISH_RUN_ENVS, RESCUE_AFTER, SPARE_NAP};
+use pool_core::spin::{PUBLISH_RUN, PUBLISH_RUN_ENVS, RESCUE_AFTER, SPARE_NAP, SPARE_NAP_IDLE};
 use pool_core::{lock, Op};
 use smallvec::SmallVec;
 
@@ -37,11 +37,15 @@ pub(super) fn worker_loop(shared: &Shared, worker: usize) {
     // How many results the current run publishes at once (`run_envs`).
     let mut run = 1;
     let spare = shared.spare == Some(worker);
-    // The spare's: whether it claims the queued jobs of stuck workers.
-    let mut draining = false;
+    // The spare's: whether it claims the queued jobs of stuck workers, and
+    // how long it naps next.
+    let mut rest = Rest {
+        draining: false,
+        nap: SPARE_NAP,
+    };
     loop {
         let claim = if spare {
-            match spare_claim(shared, worker, &mut current, &mut timing, &mut draining) {
+            match spare_claim(shared, worker, &mut current, &mut timing, &mut rest) {
                 Some(claim) => claim,
                 None => return,
             }
@@ -86,20 +90,21 @@ fn ended_run(shared: &Shared, worker: usize, timing: &mut StepTiming) {
 /// The spare worker's next job; `None` once the queue is stopped. While
 /// envs are slow it works as the others. While they are quick it rests
 /// ([`Shared::spare_rests`]): it claims only what is left in its own queue
-/// (queued before it began to rest), then naps ([`SPARE_NAP`]); after a
-/// nap in which jobs stayed queued and nobody claimed one (a worker stuck
-/// inside a step, or held off its core), it claims jobs wherever they are
+/// (queued before it began to rest), then naps ([`SPARE_NAP`], doubled
+/// after a nap without a send, up to [`SPARE_NAP_IDLE`]); after a nap in
+/// which jobs stayed queued and nobody claimed one (a worker stuck inside
+/// a step, or held off its core), it claims jobs wherever they are
 /// (`draining`) until none is left.
 fn spare_claim(
     shared: &Shared,
     worker: usize,
     current: &mut Option<Current>,
     timing: &mut StepTiming,
-    draining: &mut bool,
+    rest: &mut Rest,
 ) -> Option<Claim> {
     loop {
         let rests = shared.spare_rests();
-        let claim = if rests && !*draining {
+        let claim = if rests && !rest.draining {
             shared.queue.try_pop_own(worker, current)
         } else {
             shared.queue.try_pop(worker, current)
@@ -107,7 +112,7 @@ fn spare_claim(
         if claim.is_some() {
             return claim;
         }
-        *draining = false;
+        rest.draining = false;
         ended_run(shared, worker, timing);
         if !rests {
             // As any worker: sleeps until something is queued. (A push
@@ -118,11 +123,24 @@ fn spare_claim(
         if shared.queue.is_stopped() {
             return None;
         }
-        let before = shared.queue.unclaimed_mark();
+        let (before, pushes) = (shared.queue.unclaimed_mark(), shared.queue.pushes());
         // Woken early only by a shutdown.
-        std::thread::park_timeout(SPARE_NAP);
-        *draining = before.is_some() && shared.queue.unclaimed_mark() == before;
+        std::thread::park_timeout(rest.nap);
+        rest.draining = before.is_some() && shared.queue.unclaimed_mark() == before;
+        rest.nap = if shared.queue.pushes() == pushes {
+            (rest.nap * 2).min(SPARE_NAP_IDLE)
+        } else {
+            SPARE_NAP
+        };
     }
+}
+
+/// What the spare worker keeps between its claims ([`spare_claim`]).
+struct Rest {
+    /// Whether it claims queued jobs wherever they are.
+    draining: bool,
+    /// Its next nap.
+    nap: Duration,
 }
 
 /// The results a worker has run but not published.
