@@ -204,6 +204,12 @@ impl Entries {
     /// Inserts or replaces; returns the replaced entry.
     pub(crate) fn insert(&mut self, key: Name, entry: Entry) -> Option<Entry> {
         self.stamp = 0;
+        // A key after the last (as a pool's batch gets its `"env_index"` and
+        // `"next"` after `"action"`) is new: appended, no search.
+        if self.list.last().is_none_or(|(last, _)| **last < *key) {
+            self.list.push((key, entry));
+            return None;
+        }
         match self.position(&key) {
             Ok(i) => Some(std::mem::replace(&mut self.list[i].1, entry)),
             Err(i) => {
