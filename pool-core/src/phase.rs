@@ -205,22 +205,21 @@ impl Phases {
     /// is [`DONE`] or [`FAILED`], as a look with `Acquire` ([`Phases::get`],
     /// [`Phases::done_in`]) showed the caller, and only the taker of a
     /// result moves an env on from there (workers and deaths act on
-    /// [`QUEUED`] only). So a store, where [`Phases::release`] needs an
-    /// exchange: no locked instruction per env.
-    ///
-    /// # Panics
-    /// In debug builds, if the env is neither done nor failed.
+    /// [`QUEUED`] only). So a load and a store, where [`Phases::release`]
+    /// needs an exchange: no locked instruction per env. An env that is
+    /// neither done nor failed (a caller that broke that contract) is left
+    /// as it is: a send can never claim an env whose run may still read its
+    /// input.
     #[inline]
     pub fn release_taken(&self, env: usize) {
         let phase = &self.phases[env];
-        debug_assert!(
-            matches!(phase.load(Ordering::Relaxed), DONE | FAILED),
-            "env {env} released while not done"
-        );
-        // Release: pairs with the Acquire of the next send's check or
-        // claim: the taking of the result comes before the next command
-        // (and the run before the taking: the caller's look was Acquire).
-        phase.store(IDLE, Ordering::Release);
+        // Acquire: as `get` (the run, published with Release, comes before
+        // the store below, and so before the next claim).
+        if matches!(phase.load(Ordering::Acquire), DONE | FAILED) {
+            // Release: pairs with the Acquire of the next send's check or
+            // claim: the taking of the result comes before the next command.
+            phase.store(IDLE, Ordering::Release);
+        }
     }
 
     /// Env `env`'s atomic, for the liveness protocol.
@@ -310,7 +309,7 @@ mod tests {
         assert!(phases.is_idle(0));
     }
 
-    /// A taken env is released by a store, from done or failed.
+    /// A taken env is released by a store, from done or failed only.
     #[test]
     fn a_taken_env_is_released() {
         let phases = Phases::new(2);
@@ -321,5 +320,8 @@ mod tests {
             phases.release_taken(env);
             assert!(phases.is_idle(env) && phases.claim(env));
         }
+        // In flight (queued): left as it is.
+        phases.release_taken(0);
+        assert_eq!(phases.get(0), QUEUED);
     }
 }

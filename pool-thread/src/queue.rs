@@ -640,11 +640,14 @@ impl WorkQueue {
         }
     }
 
-    /// How many chunks worker `worker`'s own queue holds (spent ones
-    /// included until a claim drops them).
+    /// How many chunks of `op` worker `worker`'s own queue holds (spent
+    /// ones included until a claim drops them).
     #[cfg(test)]
-    pub(crate) fn chunks_of(&self, worker: usize) -> usize {
-        lock(&self.queues[worker % self.queues.len()]).len()
+    pub(crate) fn chunks_of(&self, worker: usize, op: Op) -> usize {
+        lock(&self.queues[worker % self.queues.len()])
+            .iter()
+            .filter(|chunk| chunk.op == op)
+            .count()
     }
 
     /// Whether worker `worker`'s own queue has no job left to claim (its

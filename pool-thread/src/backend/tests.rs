@@ -215,7 +215,7 @@ fn a_resting_spare_worker_runs_the_jobs_behind_a_stuck_step() {
     lock(&ran_on).clear();
     backend.send(Op::Step, &rows, Some(&actions)).unwrap();
     assert_eq!(
-        backend.shared.queue.chunks_of(workers - 1),
+        backend.shared.queue.chunks_of(workers - 1, Op::Step),
         0,
         "queued for the spare"
     );
