@@ -101,7 +101,29 @@ fn the_fences_alone_keep_a_command_from_waiting() {
 /// come before the next. Loom's cell reports any write that meets the read.
 #[test]
 fn an_input_written_after_a_claim_never_meets_the_last_run() {
-    loom::model(|| {
+    // A receiver that takes the result whenever it sees it, and so a
+    // release that may come while the env is still in flight.
+    input_after_a_release(|phases| phases.release(0));
+}
+
+/// As above with the store that releases a taken env: a receiver that
+/// looked and saw the env done releases it, and the next send's claim
+/// and input write still come after the run's read.
+#[test]
+fn an_input_written_after_a_taken_release_never_meets_the_last_run() {
+    // One look: only a receiver that saw the result takes it.
+    input_after_a_release(|phases| {
+        if phases.is_done(0) {
+            phases.release_taken(0);
+        }
+    });
+}
+
+/// The model of the two tests above: a first send's run, a receiver that
+/// releases the env with `release`, and a next send that writes the input
+/// only if it claims the env.
+fn input_after_a_release(release: fn(&Phases)) {
+    loom::model(move || {
         let phases = Arc::new(Phases::new(1));
         let input = Arc::new(loom::cell::UnsafeCell::new(0u32));
         // The first send: claimed, its input written, then handed over
@@ -118,11 +140,9 @@ fn an_input_written_after_a_claim_never_meets_the_last_run() {
                 phases.publish(0, false);
             })
         };
-        // A receiver that takes the result whenever it sees it, and so a
-        // release that may come while the env is still in flight.
         let receiver = {
             let phases = phases.clone();
-            thread::spawn(move || phases.release(0))
+            thread::spawn(move || release(&phases))
         };
         // The next send: writes only if it claims the env.
         let sender = {
@@ -148,49 +168,5 @@ fn an_input_written_after_a_claim_never_meets_the_last_run() {
         } else {
             assert!(phase == DONE || phase == IDLE, "phase {phase}");
         }
-    });
-}
-
-/// As above with the store that releases a taken env: a receiver that
-/// looked and saw the env done releases it, and the next send's claim
-/// and input write still come after the run's read.
-#[test]
-fn an_input_written_after_a_taken_release_never_meets_the_last_run() {
-    loom::model(|| {
-        let phases = Arc::new(Phases::new(1));
-        let input = Arc::new(loom::cell::UnsafeCell::new(0u32));
-        assert!(phases.claim(0));
-        // SAFETY: no other thread exists yet.
-        input.with_mut(|row| unsafe { *row = 1 });
-        let worker = {
-            let (phases, input) = (phases.clone(), input.clone());
-            thread::spawn(move || {
-                // SAFETY: the access under test (loom checks it).
-                let action = input.with(|row| unsafe { *row });
-                assert_eq!(action, 1, "the run reads its send's input");
-                phases.publish(0, false);
-            })
-        };
-        // One look: only a receiver that saw the result takes it.
-        let receiver = {
-            let phases = phases.clone();
-            thread::spawn(move || {
-                if phases.is_done(0) {
-                    phases.release_taken(0);
-                }
-            })
-        };
-        let sender = {
-            let (phases, input) = (phases.clone(), input.clone());
-            thread::spawn(move || {
-                if phases.claim(0) {
-                    // SAFETY: the access under test (loom checks it).
-                    input.with_mut(|row| unsafe { *row = 2 });
-                }
-            })
-        };
-        worker.join().unwrap();
-        receiver.join().unwrap();
-        sender.join().unwrap();
     });
 }
