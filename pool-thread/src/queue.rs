@@ -494,13 +494,33 @@ impl WorkQueue {
     /// last. `None` if nothing is queued or the queue is stopped.
     #[inline]
     pub(crate) fn try_pop(&self, worker: usize, current: &mut Option<Current>) -> Option<Claim> {
-        if self.stop.load(Ordering::Acquire) {
+        self.pop_now(worker, current, true)
+    }
+
+    /// As [`WorkQueue::try_pop`] without stealing: from `current` if it is
+    /// the worker's own chunk, else from the front of its own queue.
+    pub(crate) fn try_pop_own(
+        &self,
+        worker: usize,
+        current: &mut Option<Current>,
+    ) -> Option<Claim> {
+        self.pop_now(worker, current, false)
+    }
+
+    /// [`WorkQueue::try_pop`], from the other queues too if `steal`.
+    #[inline]
+    fn pop_now(&self, worker: usize, current: &mut Option<Current>, steal: bool) -> Option<Claim> {
+        if self.is_stopped() {
             return None;
         }
         if let Some(Current { chunk, stolen }) = current.take() {
-            // A steal goes on while nothing new is queued: the worker's own
-            // envs, when it has some again, come first.
-            let go_on = stolen.is_none_or(|pushed| self.pushed.generation() == pushed);
+            // A steal goes on while nothing new is queued (and stealing is
+            // allowed): the worker's own envs, when it has some again, come
+            // first.
+            let go_on = match stolen {
+                None => true,
+                Some(pushed) => steal && self.pushed.generation() == pushed,
+            };
             if go_on {
                 if let Some(claimed) = chunk.claim(1, stolen.is_some()) {
                     return Some(Claim {
@@ -511,33 +531,7 @@ impl WorkQueue {
                 }
             }
         }
-        self.claim_queued(worker)
-    }
-
-    /// As [`WorkQueue::try_pop`] without stealing: from `current` if it is
-    /// the worker's own chunk, else from the front of its own queue.
-    pub(crate) fn try_pop_own(
-        &self,
-        worker: usize,
-        current: &mut Option<Current>,
-    ) -> Option<Claim> {
-        if self.stop.load(Ordering::Acquire) {
-            return None;
-        }
-        if let Some(Current {
-            chunk,
-            stolen: None,
-        }) = current.take()
-        {
-            if let Some(claimed) = chunk.claim(1, false) {
-                return Some(Claim {
-                    chunk,
-                    index: claimed.start,
-                    stolen: None,
-                });
-            }
-        }
-        claim_one(&mut lock(&self.queues[worker % self.queues.len()]), None)
+        self.claim_queued(worker, steal)
     }
 
     /// A mark of the jobs nobody has claimed yet (which chunks, and how
@@ -574,14 +568,16 @@ impl WorkQueue {
     }
 
     /// [`WorkQueue::try_pop`] past the current chunk: the first chunk of
-    /// the worker's own queue with a job left, else the back of another's.
-    fn claim_queued(&self, worker: usize) -> Option<Claim> {
+    /// the worker's own queue with a job left, else (if `steal`) the back
+    /// of another's.
+    fn claim_queued(&self, worker: usize, steal: bool) -> Option<Claim> {
         // Read before the queues are: a push after it ends the steal.
         let pushed = self.pushed.generation();
         let n = self.queues.len();
         let own = worker % n;
         // Its own queue from the front, then the others' from the back.
-        (0..n).find_map(|i| {
+        let queues = if steal { n } else { 1 };
+        (0..queues).find_map(|i| {
             let stolen = (i > 0).then_some(pushed);
             claim_one(&mut lock(&self.queues[(own + i) % n]), stolen)
         })
@@ -592,7 +588,7 @@ impl WorkQueue {
     /// wait for every one of them anyway: nobody else waits on the jobs it
     /// holds). Returns how many it claimed.
     pub(crate) fn take_any(&self, max: usize, out: &mut SmallVec<[Claimed; 2]>) -> usize {
-        if self.stop.load(Ordering::Acquire) {
+        if self.is_stopped() {
             return 0;
         }
         let mut taken = 0;
@@ -628,7 +624,7 @@ impl WorkQueue {
     pub(crate) fn pop(&self, worker: usize, current: &mut Option<Current>) -> Option<Claim> {
         loop {
             let seen = self.pushed.generation();
-            if self.stop.load(Ordering::Acquire) {
+            if self.is_stopped() {
                 return None;
             }
             if let Some(claim) = self.try_pop(worker, current) {
@@ -661,7 +657,7 @@ impl WorkQueue {
 
     /// Stops the queue: workers return from `pop` (queued jobs are left).
     pub(crate) fn stop(&self) {
-        // Release: pairs with the Acquire in `pop`.
+        // Release: pairs with the Acquire in `is_stopped`.
         self.stop.store(true, Ordering::Release);
         self.pushed.notify();
     }
