@@ -17,8 +17,8 @@
 //! state and the caller contract (send, wait, peek, gather, release,
 //! shutdown).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -35,7 +35,7 @@ use self::cell::{sync_root, Cell};
 use self::input_rows::InputRows;
 use self::inputs::{Checked, Inputs};
 use self::row_store::{RowStore, RowViews};
-use self::worker::Held;
+use self::worker::{Held, SpareNaps};
 
 mod cell;
 mod help;
@@ -90,6 +90,13 @@ struct Shared {
     /// works as the others while envs are slow, and claims queued jobs
     /// that wait on a stuck worker ([`pool_core::spin::SPARE_NAP`]).
     spare: Option<usize>,
+    /// How long the spare worker naps while it rests.
+    spare_naps: SpareNaps,
+    /// Whether the spare worker is (about to be) napping: a send that
+    /// queues it a job wakes it ([`Shared::wake_napping_spare`]).
+    spare_napping: AtomicBool,
+    /// The spare worker's thread, set as it starts.
+    spare_thread: OnceLock<std::thread::Thread>,
     /// How long a receiver spins before sleeping: `RECEIVER_SPIN`, or the
     /// shorter `RECEIVER_SPIN_NO_SPARE_CORE` when the workers already use
     /// every core (`pool_core::spin`).
@@ -121,6 +128,19 @@ impl Shared {
     /// nothing for it.
     fn spare_rests(&self) -> bool {
         self.spare.is_some() && self.envs_are_quick()
+    }
+
+    /// Wakes the spare worker if it naps: after a send that queued jobs
+    /// for it (envs no longer quick), so that they do not wait for the end
+    /// of its nap. Its own queue's lock orders this look after its
+    /// announcement or the push before its last look at the queue
+    /// (`worker.rs`, `spare_claim`).
+    fn wake_napping_spare(&self) {
+        if self.spare_napping.load(Ordering::Relaxed) {
+            if let Some(spare) = self.spare_thread.get() {
+                spare.unpark();
+            }
+        }
     }
 
     /// Nanoseconds since `clock`.
@@ -308,6 +328,9 @@ impl ThreadBackend {
             self.shared
                 .queue
                 .push_jobs(op, shared_src, jobs, takes_input, but_last);
+        }
+        if !but_last {
+            self.shared.wake_napping_spare();
         }
         Ok(())
     }

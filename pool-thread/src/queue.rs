@@ -273,7 +273,6 @@ impl Chunk {
     }
 
     /// Whether every job has been claimed.
-    #[cfg(test)]
     fn is_spent(&self) -> bool {
         let (front, back) = unspan(self.span.load(Ordering::Relaxed));
         front >= back
@@ -534,26 +533,47 @@ impl WorkQueue {
         self.claim_queued(worker, steal)
     }
 
-    /// A mark of the jobs nobody has claimed yet (which chunks, and how
-    /// far each was claimed), `None` if there are none: the same mark at
-    /// two moments means that nobody claimed a job in between (bar a
-    /// chunk's memory reused for one claimed as far, which only costs a
-    /// spare worker's look).
-    pub(crate) fn unclaimed_mark(&self) -> Option<u64> {
-        let mut mark = None;
+    /// The chunks with jobs nobody has claimed yet, each as its address
+    /// and how far it was claimed, into `out` (cleared first): what
+    /// [`WorkQueue::none_claimed_since`] compares with later.
+    pub(crate) fn unclaimed(&self, out: &mut Vec<(usize, u64)>) {
+        out.clear();
         for queue in &self.queues {
             for chunk in lock(queue).iter() {
                 // Relaxed: a hint, as any look at a span before a claim.
                 let span = chunk.span.load(Ordering::Relaxed);
                 let (front, back) = unspan(span);
                 if front < back {
-                    let at = Arc::as_ptr(chunk) as usize as u64;
-                    let old: u64 = mark.unwrap_or(0);
-                    mark = Some(old.rotate_left(7) ^ at ^ span);
+                    out.push((Arc::as_ptr(chunk) as usize, span));
                 }
             }
         }
-        mark
+    }
+
+    /// Whether nobody claimed a job of the chunks in `before` (from
+    /// [`WorkQueue::unclaimed`]) since: each still queued and claimed as
+    /// far (a worker stuck inside a step, or held off its core). Chunks
+    /// queued since do not count: a stream of sends to other envs does not
+    /// hide a stuck worker. `false` if `before` is empty. (A chunk's memory
+    /// reused for one claimed as far only costs the spare worker a look.)
+    pub(crate) fn none_claimed_since(&self, before: &[(usize, u64)]) -> bool {
+        if before.is_empty() {
+            return false;
+        }
+        let mut still = 0;
+        for queue in &self.queues {
+            for chunk in lock(queue).iter() {
+                let at = Arc::as_ptr(chunk) as usize;
+                if let Some(&(_, span)) = before.iter().find(|&&(was, _)| was == at) {
+                    // Relaxed: as in `unclaimed`.
+                    if chunk.span.load(Ordering::Relaxed) != span {
+                        return false;
+                    }
+                    still += 1;
+                }
+            }
+        }
+        still == before.len()
     }
 
     /// How many pushes there have been (a count that moves with every
@@ -648,7 +668,6 @@ impl WorkQueue {
 
     /// Whether worker `worker`'s own queue has no job left to claim (its
     /// next [`WorkQueue::pop`] would steal or wait).
-    #[cfg(test)]
     pub(crate) fn own_is_empty(&self, worker: usize) -> bool {
         lock(&self.queues[worker % self.queues.len()])
             .iter()
@@ -765,6 +784,70 @@ mod tests {
         assert_eq!(pop(&queue, 0, &mut w0), Some(0));
         assert_eq!(pop(&queue, 0, &mut w0), None);
         assert_eq!(pop(&queue, 1, &mut w1), None);
+    }
+
+    /// A claim without stealing (the resting spare's) takes only from the
+    /// worker's own queue, and does not go on with a steal.
+    #[test]
+    fn a_claim_of_its_own_takes_from_its_own_queue_only() {
+        let queue = WorkQueue::new(2, 8);
+        push(&queue, 0..8);
+        let mut w1 = None;
+        let own = |current: &mut Option<Current>| {
+            let claim = queue.try_pop_own(1, current)?;
+            let env = claim.chunk.env(claim.index);
+            *current = Some(claim.into_current());
+            Some(env)
+        };
+        let taken: Vec<usize> = std::iter::from_fn(|| own(&mut w1)).collect();
+        assert_eq!(taken, vec![4, 5, 6, 7]);
+        // Worker 0's jobs are left to it; a claim that steals takes one.
+        assert_eq!(pop(&queue, 1, &mut w1), Some(3));
+        assert_eq!(own(&mut w1), None, "went on with the steal");
+        push(&queue, 5..6);
+        assert_eq!(own(&mut w1), Some(5));
+        let mut w0 = None;
+        let rest: Vec<usize> = std::iter::from_fn(|| pop(&queue, 0, &mut w0)).collect();
+        assert_eq!(rest, vec![0, 1, 2]);
+        queue.stop();
+        push(&queue, 6..7);
+        assert_eq!(own(&mut None), None, "claimed from a stopped queue");
+    }
+
+    /// What the spare worker looks at after a nap: whether anybody claimed
+    /// a job of the chunks that had unclaimed jobs as it began, chunks
+    /// queued since left out.
+    #[test]
+    fn none_claimed_since_looks_at_the_chunks_queued_before_only() {
+        let queue = WorkQueue::new(3, 12);
+        let mut before = Vec::new();
+        queue.unclaimed(&mut before);
+        assert!(before.is_empty());
+        assert!(!queue.none_claimed_since(&before), "nothing was queued");
+        push(&queue, 0..4);
+        let mut w0 = None;
+        assert_eq!(pop(&queue, 0, &mut w0), Some(0));
+        // Worker 0 is inside env 0, envs 1..4 wait behind it.
+        queue.unclaimed(&mut before);
+        assert_eq!(before.len(), 1);
+        assert!(queue.none_claimed_since(&before));
+        // Sends to others' envs, claimed or not, do not count.
+        push(&queue, 4..12);
+        let mut w1 = None;
+        assert_eq!(pop(&queue, 1, &mut w1), Some(4));
+        assert!(
+            queue.none_claimed_since(&before),
+            "a new chunk hid the wait"
+        );
+        // A claim of one of the waiting jobs does.
+        assert_eq!(pop(&queue, 0, &mut w0), Some(1));
+        assert!(!queue.none_claimed_since(&before));
+        // So does a chunk claimed to its end and dropped.
+        queue.unclaimed(&mut before);
+        assert_eq!(before.len(), 3);
+        let taken: Vec<usize> = std::iter::from_fn(|| pop(&queue, 0, &mut w0)).collect();
+        assert_eq!(taken, vec![2, 3, 7, 6, 5, 11, 10, 9, 8]);
+        assert!(!queue.none_claimed_since(&before));
     }
 
     /// A send out of env order makes one chunk per run of envs of one home;

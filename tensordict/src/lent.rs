@@ -841,8 +841,13 @@ impl LentRows {
         let (mut leaf, mut at) = (0, 0);
         build(
             &self.template,
-            &mut |_, _| {
+            &mut |dtype, row_shape| {
                 let column = &columns[leaf];
+                // The walk meets the columns in their order.
+                debug_assert!(
+                    column.dtype == dtype && column.row_shape.as_slice() == row_shape,
+                    "column {leaf} out of the template's order"
+                );
                 let nbytes = count * column.row_bytes;
                 let tensor = Tensor::in_packed(
                     column.dtype,

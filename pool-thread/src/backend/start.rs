@@ -4,8 +4,8 @@
 
 use std::num::NonZeroUsize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use pool_core::spin::{
@@ -18,7 +18,7 @@ use super::cell::Cell;
 use super::input_rows::InputRows;
 use super::inputs::Inputs;
 use super::row_store::RowStore;
-use super::worker::{worker_loop, Held};
+use super::worker::{worker_loop, Held, SpareNaps};
 use super::{EnvFactory, Shared, ThreadBackend};
 use crate::queue::WorkQueue;
 use crate::{Rows, ThreadError, ThreadOptions};
@@ -33,6 +33,17 @@ impl ThreadBackend {
         factories: Vec<EnvFactory>,
         options: &ThreadOptions,
         rows: Rows,
+    ) -> Result<ThreadBackend, ThreadError> {
+        ThreadBackend::start_with(factories, options, rows, SpareNaps::DEFAULT)
+    }
+
+    /// [`ThreadBackend::start`] with the spare worker's naps given (tests
+    /// make them long to see what wakes it).
+    pub(super) fn start_with(
+        factories: Vec<EnvFactory>,
+        options: &ThreadOptions,
+        rows: Rows,
+        spare_naps: SpareNaps,
     ) -> Result<ThreadBackend, ThreadError> {
         let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
         let workers = options
@@ -111,6 +122,9 @@ impl ThreadBackend {
             // Pinned workers keep their cores; the calling thread is not
             // one of them.
             spare: (workers >= 2 && workers >= cores && pins.is_none()).then(|| workers - 1),
+            spare_naps,
+            spare_napping: AtomicBool::new(false),
+            spare_thread: OnceLock::new(),
             receiver_spin,
             // No helping, and no runs of results, until runs of steps
             // showed quick envs.

@@ -12,6 +12,7 @@ use pool_core::lock;
 use tensordict::TensorDict;
 
 use super::start::pin_worker;
+use super::worker::SpareNaps;
 use super::{EnvFactory, Op, ThreadBackend};
 use crate::{Rows, ThreadError, ThreadOptions};
 
@@ -235,6 +236,67 @@ fn a_resting_spare_worker_runs_the_jobs_behind_a_stuck_step() {
             "the spare ran the envs behind the stuck one"
         );
     }
+    hold.store(false, Ordering::SeqCst);
+    collect(&backend, n);
+}
+
+/// A napping spare worker is woken by a send that queues it jobs (envs no
+/// longer quick), not left to the end of its nap: with naps far longer
+/// than the test, the spare's envs are done while env 0 holds the only
+/// other worker (on two workers; with more, others could take them).
+#[test]
+fn a_send_that_queues_jobs_for_a_napping_spare_wakes_it() {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .max(2);
+    let n = 4 * workers;
+    let hold = Arc::new(AtomicBool::new(false));
+    let ran_on = Arc::new(Mutex::new(Vec::new()));
+    let factories: Vec<EnvFactory> = (0..n)
+        .map(|index| {
+            let (hold, ran_on) = (Arc::clone(&hold), Arc::clone(&ran_on));
+            Box::new(move || Ok(held(index, 0, hold, ran_on))) as EnvFactory
+        })
+        .collect();
+    let options = ThreadOptions::default().threads(workers);
+    let hour = Duration::from_secs(3600);
+    let naps = SpareNaps {
+        first: hour,
+        idle: hour,
+    };
+    let backend = ThreadBackend::start_with(factories, &options, Rows::Batch, naps).unwrap();
+    assert_eq!(backend.shared.spare, Some(workers - 1));
+    let all: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, None)).collect();
+    backend.send(Op::Reset, &all, None).unwrap();
+    collect(&backend, n);
+    let mut actions = TensorDict::new(&[n]);
+    actions
+        .set("action", tensordict::Tensor::full(&[n, 1], 1i64))
+        .unwrap();
+    let rows: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, Some(env))).collect();
+    // Quick steps: after a send the spare rests, and naps (unless the
+    // steps' own timing, slow on a loaded machine, says otherwise first).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    'napping: loop {
+        backend.shared.env_nanos.store(1, Ordering::SeqCst);
+        backend.send(Op::Step, &rows, Some(&actions)).unwrap();
+        collect(&backend, n);
+        let look = Instant::now() + Duration::from_millis(50);
+        while Instant::now() < look {
+            if backend.shared.spare_napping.load(Ordering::SeqCst) {
+                break 'napping;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(Instant::now() < deadline, "the spare did not nap");
+    }
+    // Slow steps: a send queues the spare its block of envs.
+    backend.shared.env_nanos.store(1_000_000, Ordering::SeqCst);
+    hold.store(true, Ordering::SeqCst);
+    backend.send(Op::Step, &rows, Some(&actions)).unwrap();
+    let spares: Vec<usize> = (n - n / workers..n).collect();
+    wait_done(&backend, &spares);
+    assert!(!backend.is_done(0), "env 0 not stuck");
     hold.store(false, Ordering::SeqCst);
     collect(&backend, n);
 }

@@ -41,8 +41,13 @@ pub(super) fn worker_loop(shared: &Shared, worker: usize) {
     // how long it naps next.
     let mut rest = Rest {
         draining: false,
-        nap: SPARE_NAP,
+        nap: shared.spare_naps.first,
+        before: Vec::new(),
     };
+    if spare {
+        // For sends to wake it from a nap.
+        let _ = shared.spare_thread.set(std::thread::current());
+    }
     loop {
         let claim = if spare {
             match spare_claim(shared, worker, &mut current, &mut timing, &mut rest) {
@@ -123,16 +128,42 @@ fn spare_claim(
         if shared.queue.is_stopped() {
             return None;
         }
-        let (before, pushes) = (shared.queue.unclaimed_mark(), shared.queue.pushes());
-        // Woken early only by a shutdown.
+        shared.queue.unclaimed(&mut rest.before);
+        let pushes = shared.queue.pushes();
+        // Announced before its last look at its own queue: a send that
+        // queues a job for it after that look (envs turned slow) finds it
+        // napping and wakes it (`Shared::wake_napping_spare`); one before
+        // it is seen here. The queue's lock orders the two.
+        shared.spare_napping.store(true, Ordering::Relaxed);
+        if !shared.queue.own_is_empty(worker) {
+            shared.spare_napping.store(false, Ordering::Relaxed);
+            continue;
+        }
+        // Woken early by a shutdown, or by a send that queued it a job.
         std::thread::park_timeout(rest.nap);
-        rest.draining = before.is_some() && shared.queue.unclaimed_mark() == before;
+        shared.spare_napping.store(false, Ordering::Relaxed);
+        rest.draining = shared.queue.none_claimed_since(&rest.before);
         rest.nap = if shared.queue.pushes() == pushes {
-            (rest.nap * 2).min(SPARE_NAP_IDLE)
+            (rest.nap * 2).min(shared.spare_naps.idle)
         } else {
-            SPARE_NAP
+            shared.spare_naps.first
         };
     }
+}
+
+/// How long the spare worker naps while it rests: at first, and after
+/// naps without a send ([`SPARE_NAP`], [`SPARE_NAP_IDLE`] but in tests).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SpareNaps {
+    pub(super) first: Duration,
+    pub(super) idle: Duration,
+}
+
+impl SpareNaps {
+    pub(super) const DEFAULT: SpareNaps = SpareNaps {
+        first: SPARE_NAP,
+        idle: SPARE_NAP_IDLE,
+    };
 }
 
 /// What the spare worker keeps between its claims ([`spare_claim`]).
@@ -141,6 +172,9 @@ struct Rest {
     draining: bool,
     /// Its next nap.
     nap: Duration,
+    /// The chunks with unclaimed jobs as its nap began
+    /// ([`WorkQueue::unclaimed`](crate::queue::WorkQueue::unclaimed)).
+    before: Vec<(usize, u64)>,
 }
 
 /// The results a worker has run but not published.
