@@ -82,8 +82,9 @@ struct Shared {
     workers: usize,
     /// The spare worker, the last, with workers on every core (at least
     /// two) and none pinned: while envs are quick (as for a receiver's
-    /// help, `HELP_MAX_ENV_TIME`) sends queue nothing for it and it rests
-    /// (`worker.rs`), so that the workers and the calling thread, which
+    /// help, `HELP_MAX_ENV_TIME`) it rests, claiming nothing (`worker.rs`;
+    /// sends to some envs queue nothing for it, and what a send to every
+    /// env queues for it a helping receiver takes), so that the workers and the calling thread, which
     /// helps in a synchronous step and does the pool's bookkeeping in an
     /// asynchronous one, are no more threads than the cores: a third
     /// thread on two cores takes the core of whichever is running. It
@@ -92,8 +93,7 @@ struct Shared {
     spare: Option<usize>,
     /// How long the spare worker naps while it rests.
     spare_naps: SpareNaps,
-    /// Whether the spare worker is (about to be) napping: a send that
-    /// queues it a job wakes it ([`Shared::wake_napping_spare`]).
+    /// Whether the spare worker naps (a hint: tests wait for it).
     spare_napping: AtomicBool,
     /// The spare worker's thread, set as it starts.
     spare_thread: OnceLock<std::thread::Thread>,
@@ -124,22 +124,21 @@ impl Shared {
         self.env_nanos.load(Ordering::Relaxed) < HELP_MAX_ENV_TIME.as_nanos() as u64
     }
 
-    /// Whether the spare worker rests (see [`Shared::spare`]): sends queue
-    /// nothing for it.
+    /// Whether the spare worker rests (see [`Shared::spare`]): it claims
+    /// nothing, and sends to some envs queue nothing for it.
     fn spare_rests(&self) -> bool {
         self.spare.is_some() && self.envs_are_quick()
     }
 
-    /// Wakes the spare worker if it naps: after a send that queued jobs
-    /// for it (envs no longer quick), so that they do not wait for the end
-    /// of its nap. Its own queue's lock orders this look after its
-    /// announcement or the push before its last look at the queue
-    /// (`worker.rs`, `spare_claim`).
-    fn wake_napping_spare(&self) {
-        if self.spare_napping.load(Ordering::Relaxed) {
-            if let Some(spare) = self.spare_thread.get() {
-                spare.unpark();
-            }
+    /// Wakes the spare worker from a nap, if it naps or is about to
+    /// (`std::thread::park_timeout`: an unpark before the park ends the
+    /// park at once): after a send once envs are slow, so that the jobs
+    /// queued for it do not wait for the end of its nap. A spare that is
+    /// not resting is asleep on the queue's signal, or working: one atomic
+    /// swap, then.
+    fn wake_spare(&self) {
+        if let Some(spare) = self.spare_thread.get() {
+            spare.unpark();
         }
     }
 
@@ -316,10 +315,15 @@ impl ThreadBackend {
             // longer hold their results.
             lock(batch).sent(jobs.iter().map(|&(env, _)| env));
         }
-        // The jobs go straight into the workers' queues, a chunk per worker.
-        // None for the spare worker while it rests.
+        // The jobs go straight into the workers' queues, a chunk per
+        // worker's block of envs. While the spare worker rests, a send to
+        // some envs queues none for it; a send to every env (a synchronous
+        // step, whose receiver helps) queues its block too, which a helping
+        // receiver takes first (`help`): the same envs on the calling
+        // thread every step, apart from worker 0's.
         let shared_src = shared_src.cloned();
-        let but_last = self.shared.spare_rests();
+        let rests = self.shared.spare_rests();
+        let but_last = rests && !every_env;
         if every_env {
             self.shared
                 .queue
@@ -329,8 +333,8 @@ impl ThreadBackend {
                 .queue
                 .push_jobs(op, shared_src, jobs, takes_input, but_last);
         }
-        if !but_last {
-            self.shared.wake_napping_spare();
+        if !rests {
+            self.shared.wake_spare();
         }
         Ok(())
     }

@@ -27,9 +27,10 @@ impl ThreadOptions {
     /// Sets the number of worker threads (0: the default, as many as the
     /// machine has cores, at most one per env). With as many workers as
     /// cores or more (at least two) and no affinity, the last one rests
-    /// while env steps are quick (under 10 us on average): sends queue
-    /// nothing for it, so that the calling thread, which helps and does
-    /// the pool's bookkeeping, has a core; it still takes over the jobs
+    /// while env steps are quick (under 10 us on average): it claims no
+    /// job (a synchronous step's helping caller takes its envs), so that
+    /// the calling thread, which helps and does the pool's bookkeeping,
+    /// has a core; it still takes over the jobs
     /// of a worker stuck in a step, and works as the others once steps
     /// are slower (`pool-core/README.md`, "A spare worker").
     pub fn threads(mut self, n: usize) -> ThreadOptions {

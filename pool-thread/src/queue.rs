@@ -273,6 +273,7 @@ impl Chunk {
     }
 
     /// Whether every job has been claimed.
+    #[cfg(test)]
     fn is_spent(&self) -> bool {
         let (front, back) = unspan(self.span.load(Ordering::Relaxed));
         front >= back
@@ -343,6 +344,45 @@ fn claim_one(queue: &mut VecDeque<Arc<Chunk>>, stolen: Option<u64>) -> Option<Cl
             queue.pop_front();
         }
     }
+}
+
+/// Claims up to `max` jobs of `queue` into `out`, from the back of its last
+/// chunk or from the front of its first, dropping the spent chunks on the
+/// way ([`WorkQueue::take_any`]). Returns how many it claimed.
+fn take_from(
+    queue: &mut VecDeque<Arc<Chunk>>,
+    max: usize,
+    out: &mut SmallVec<[Claimed; 2]>,
+    from_back: bool,
+) -> usize {
+    let mut taken = 0;
+    while taken < max {
+        let end = if from_back {
+            queue.back()
+        } else {
+            queue.front()
+        };
+        let Some(chunk) = end else {
+            break;
+        };
+        let left = u32::try_from(max - taken).unwrap_or(u32::MAX);
+        match chunk.claim(left, from_back) {
+            Some(range) => {
+                taken += range.len();
+                out.push(Claimed {
+                    chunk: Arc::clone(chunk),
+                    range,
+                });
+            }
+            None if from_back => {
+                queue.pop_back();
+            }
+            None => {
+                queue.pop_front();
+            }
+        }
+    }
+    taken
 }
 
 /// A run of jobs of one chunk claimed at once (by a helping receiver).
@@ -493,34 +533,13 @@ impl WorkQueue {
     /// last. `None` if nothing is queued or the queue is stopped.
     #[inline]
     pub(crate) fn try_pop(&self, worker: usize, current: &mut Option<Current>) -> Option<Claim> {
-        self.pop_now(worker, current, true)
-    }
-
-    /// As [`WorkQueue::try_pop`] without stealing: from `current` if it is
-    /// the worker's own chunk, else from the front of its own queue.
-    pub(crate) fn try_pop_own(
-        &self,
-        worker: usize,
-        current: &mut Option<Current>,
-    ) -> Option<Claim> {
-        self.pop_now(worker, current, false)
-    }
-
-    /// [`WorkQueue::try_pop`], from the other queues too if `steal`.
-    #[inline]
-    fn pop_now(&self, worker: usize, current: &mut Option<Current>, steal: bool) -> Option<Claim> {
         if self.is_stopped() {
             return None;
         }
         if let Some(Current { chunk, stolen }) = current.take() {
-            // A steal goes on while nothing new is queued (and stealing is
-            // allowed): the worker's own envs, when it has some again, come
-            // first.
-            let go_on = match stolen {
-                None => true,
-                Some(pushed) => steal && self.pushed.generation() == pushed,
-            };
-            if go_on {
+            // A steal goes on while nothing new is queued: the worker's own
+            // envs, when it has some again, come first.
+            if stolen.is_none_or(|pushed| self.pushed.generation() == pushed) {
                 if let Some(claimed) = chunk.claim(1, stolen.is_some()) {
                     return Some(Claim {
                         chunk,
@@ -530,7 +549,7 @@ impl WorkQueue {
                 }
             }
         }
-        self.claim_queued(worker, steal)
+        self.claim_queued(worker)
     }
 
     /// The chunks with jobs nobody has claimed yet, each as its address
@@ -588,16 +607,14 @@ impl WorkQueue {
     }
 
     /// [`WorkQueue::try_pop`] past the current chunk: the first chunk of
-    /// the worker's own queue with a job left, else (if `steal`) the back
-    /// of another's.
-    fn claim_queued(&self, worker: usize, steal: bool) -> Option<Claim> {
+    /// the worker's own queue with a job left, else the back of another's.
+    fn claim_queued(&self, worker: usize) -> Option<Claim> {
         // Read before the queues are: a push after it ends the steal.
         let pushed = self.pushed.generation();
         let n = self.queues.len();
         let own = worker % n;
         // Its own queue from the front, then the others' from the back.
-        let queues = if steal { n } else { 1 };
-        (0..queues).find_map(|i| {
+        (0..n).find_map(|i| {
             let stolen = (i > 0).then_some(pushed);
             claim_one(&mut lock(&self.queues[(own + i) % n]), stolen)
         })
@@ -606,32 +623,27 @@ impl WorkQueue {
     /// Claims up to `max` jobs from the back of the first queue that has
     /// any, under its lock, into `out` (for a helping receiver, which must
     /// wait for every one of them anyway: nobody else waits on the jobs it
-    /// holds). Returns how many it claimed.
-    pub(crate) fn take_any(&self, max: usize, out: &mut SmallVec<[Claimed; 2]>) -> usize {
+    /// holds); with `last_first` (while the last worker rests, what a send
+    /// to every env queued for it is the helper's), from the front of the
+    /// last queue first. Returns how many it claimed.
+    pub(crate) fn take_any(
+        &self,
+        max: usize,
+        out: &mut SmallVec<[Claimed; 2]>,
+        last_first: bool,
+    ) -> usize {
         if self.is_stopped() {
             return 0;
         }
-        let mut taken = 0;
-        for queue in &self.queues {
-            let mut queue = lock(queue);
-            while taken < max {
-                let Some(back) = queue.back() else {
-                    break;
-                };
-                let left = u32::try_from(max - taken).unwrap_or(u32::MAX);
-                match back.claim(left, true) {
-                    Some(range) => {
-                        taken += range.len();
-                        out.push(Claimed {
-                            chunk: Arc::clone(back),
-                            range,
-                        });
-                    }
-                    None => {
-                        queue.pop_back();
-                    }
-                }
+        let last = self.queues.len() - 1;
+        if last_first && last > 0 {
+            let taken = take_from(&mut lock(&self.queues[last]), max, out, false);
+            if taken > 0 {
+                return taken;
             }
+        }
+        for queue in &self.queues {
+            let taken = take_from(&mut lock(queue), max, out, true);
             if taken > 0 {
                 return taken;
             }
@@ -668,6 +680,7 @@ impl WorkQueue {
 
     /// Whether worker `worker`'s own queue has no job left to claim (its
     /// next [`WorkQueue::pop`] would steal or wait).
+    #[cfg(test)]
     pub(crate) fn own_is_empty(&self, worker: usize) -> bool {
         lock(&self.queues[worker % self.queues.len()])
             .iter()
@@ -721,13 +734,13 @@ mod tests {
         assert_eq!(pop(&queue, 1, &mut w1), Some(3));
         assert!(queue.own_is_empty(1));
         let mut helped = SmallVec::new();
-        assert_eq!(queue.take_any(1, &mut helped), 1);
+        assert_eq!(queue.take_any(1, &mut helped, false), 1);
         assert_eq!(envs(&helped), vec![2]);
         assert_eq!(pop(&queue, 0, &mut w0), Some(0));
         assert_eq!(pop(&queue, 0, &mut w0), Some(1));
         assert_eq!(pop(&queue, 0, &mut w0), None);
         assert_eq!(pop(&queue, 1, &mut w1), None);
-        assert_eq!(queue.take_any(HELP_CHUNK, &mut SmallVec::new()), 0);
+        assert_eq!(queue.take_any(HELP_CHUNK, &mut SmallVec::new(), false), 0);
         queue.stop();
         assert!(queue.pop(0, &mut w0).is_none());
     }
@@ -749,7 +762,7 @@ mod tests {
             .collect();
         assert_eq!(taken, vec![7, 6, 5, 4]);
         let mut helped = SmallVec::new();
-        while queue.take_any(2, &mut helped) > 0 {}
+        while queue.take_any(2, &mut helped, false) > 0 {}
         taken.extend(envs(&helped));
         taken.sort_unstable();
         assert_eq!(taken, (1..8).collect::<Vec<_>>());
@@ -786,32 +799,25 @@ mod tests {
         assert_eq!(pop(&queue, 1, &mut w1), None);
     }
 
-    /// A claim without stealing (the resting spare's) takes only from the
-    /// worker's own queue, and does not go on with a steal.
+    /// A helper takes what a send to every env queued for the resting
+    /// last worker first, from its front (the same envs every step), and
+    /// the others' from their back; the other worker steals that block from
+    /// its back once its own is spent.
     #[test]
-    fn a_claim_of_its_own_takes_from_its_own_queue_only() {
+    fn a_helper_takes_the_last_queue_first_while_its_worker_rests() {
         let queue = WorkQueue::new(2, 8);
         push(&queue, 0..8);
-        let mut w1 = None;
-        let own = |current: &mut Option<Current>| {
-            let claim = queue.try_pop_own(1, current)?;
-            let env = claim.chunk.env(claim.index);
-            *current = Some(claim.into_current());
-            Some(env)
-        };
-        let taken: Vec<usize> = std::iter::from_fn(|| own(&mut w1)).collect();
-        assert_eq!(taken, vec![4, 5, 6, 7]);
-        // Worker 0's jobs are left to it; a claim that steals takes one.
-        assert_eq!(pop(&queue, 1, &mut w1), Some(3));
-        assert_eq!(own(&mut w1), None, "went on with the steal");
-        push(&queue, 5..6);
-        assert_eq!(own(&mut w1), Some(5));
+        let mut helped = SmallVec::new();
+        assert_eq!(queue.take_any(3, &mut helped, true), 3);
+        assert_eq!(envs(&helped), vec![4, 5, 6]);
         let mut w0 = None;
-        let rest: Vec<usize> = std::iter::from_fn(|| pop(&queue, 0, &mut w0)).collect();
-        assert_eq!(rest, vec![0, 1, 2]);
-        queue.stop();
-        push(&queue, 6..7);
-        assert_eq!(own(&mut None), None, "claimed from a stopped queue");
+        let taken: Vec<usize> = std::iter::from_fn(|| pop(&queue, 0, &mut w0)).collect();
+        assert_eq!(taken, vec![0, 1, 2, 3, 7]);
+        assert_eq!(queue.take_any(HELP_CHUNK, &mut helped, true), 0);
+        push(&queue, 0..8);
+        helped.clear();
+        assert_eq!(queue.take_any(2, &mut helped, false), 2);
+        assert_eq!(envs(&helped), vec![2, 3], "not from the back of the first");
     }
 
     /// What the spare worker looks at after a nap: whether anybody claimed

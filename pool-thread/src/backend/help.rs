@@ -31,7 +31,13 @@ impl ThreadBackend {
         // Taken under one lock: the receiver waits for every queued env
         // anyway, so nobody waits on the jobs it holds while it runs one.
         let mut jobs = SmallVec::new();
-        let ran = self.shared.queue.take_any(HELP_CHUNK, &mut jobs);
+        // While the spare worker rests, its block of a send to every env
+        // first: see `ThreadBackend::send`.
+        let spare_first = self.shared.spare_rests();
+        let ran = self
+            .shared
+            .queue
+            .take_any(HELP_CHUNK, &mut jobs, spare_first);
         let mut done = Held::new();
         for claimed in &jobs {
             for index in claimed.range.clone() {

@@ -179,7 +179,8 @@ fn results_do_not_wait_for_a_stuck_env() {
 }
 
 /// With workers on every core, the last one rests while envs are quick:
-/// a send queues nothing for it. It still runs the jobs that wait behind
+/// a send to some envs queues nothing for it (one to every env queues its
+/// block for a helping receiver). It still runs the jobs that wait behind
 /// a step that does not return: on two workers, env 0 stuck first of the
 /// only working worker's envs, the spare runs every other env (the
 /// receiver only waits: no help).
@@ -211,7 +212,18 @@ fn a_resting_spare_worker_runs_the_jobs_behind_a_stuck_step() {
     actions
         .set("action", tensordict::Tensor::full(&[n, 1], 1i64))
         .unwrap();
+    // A send to every env (a synchronous step) queues the spare's block
+    // too, for a helping receiver (collected without help here; env 0
+    // holds worker 0, so that nobody takes the block before the look).
     let rows: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, Some(env))).collect();
+    hold.store(true, Ordering::SeqCst);
+    backend.send(Op::Step, &rows, Some(&actions)).unwrap();
+    assert_eq!(backend.shared.queue.chunks_of(workers - 1, Op::Step), 1);
+    hold.store(false, Ordering::SeqCst);
+    collect(&backend, n);
+    backend.shared.env_nanos.store(1, Ordering::SeqCst);
+    // A send to the envs in another order (as an asynchronous one): none.
+    let rows: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, Some(n - 1 - env))).collect();
     hold.store(true, Ordering::SeqCst);
     lock(&ran_on).clear();
     backend.send(Op::Step, &rows, Some(&actions)).unwrap();

@@ -94,10 +94,11 @@ fn ended_run(shared: &Shared, worker: usize, timing: &mut StepTiming) {
 
 /// The spare worker's next job; `None` once the queue is stopped. While
 /// envs are slow it works as the others. While they are quick it rests
-/// ([`Shared::spare_rests`]): it claims only what is left in its own queue
-/// (queued before it began to rest), then naps ([`SPARE_NAP`], doubled
-/// after a nap without a send, up to [`SPARE_NAP_IDLE`]); after a nap in
-/// which jobs stayed queued and nobody claimed one (a worker stuck inside
+/// ([`Shared::spare_rests`]): it claims nothing (what a send to every env
+/// queues for it is a helping receiver's, what was queued before it began
+/// to rest the others'), and naps ([`SPARE_NAP`], doubled after a nap
+/// without a send, up to [`SPARE_NAP_IDLE`]); after a nap in which nobody
+/// claimed a job of the chunks queued as it began (a worker stuck inside
 /// a step, or held off its core), it claims jobs wherever they are
 /// (`draining`) until none is left.
 fn spare_claim(
@@ -109,13 +110,10 @@ fn spare_claim(
 ) -> Option<Claim> {
     loop {
         let rests = shared.spare_rests();
-        let claim = if rests && !rest.draining {
-            shared.queue.try_pop_own(worker, current)
-        } else {
-            shared.queue.try_pop(worker, current)
-        };
-        if claim.is_some() {
-            return claim;
+        if !rests || rest.draining {
+            if let Some(claim) = shared.queue.try_pop(worker, current) {
+                return Some(claim);
+            }
         }
         rest.draining = false;
         ended_run(shared, worker, timing);
@@ -130,16 +128,10 @@ fn spare_claim(
         }
         shared.queue.unclaimed(&mut rest.before);
         let pushes = shared.queue.pushes();
-        // Announced before its last look at its own queue: a send that
-        // queues a job for it after that look (envs turned slow) finds it
-        // napping and wakes it (`Shared::wake_napping_spare`); one before
-        // it is seen here. The queue's lock orders the two.
         shared.spare_napping.store(true, Ordering::Relaxed);
-        if !shared.queue.own_is_empty(worker) {
-            shared.spare_napping.store(false, Ordering::Relaxed);
-            continue;
-        }
-        // Woken early by a shutdown, or by a send that queued it a job.
+        // Woken early by a shutdown, or by a send once envs are slow
+        // (`Shared::wake_spare`; one made before this park ends it at
+        // once).
         std::thread::park_timeout(rest.nap);
         shared.spare_napping.store(false, Ordering::Relaxed);
         rest.draining = shared.queue.none_claimed_since(&rest.before);
