@@ -135,7 +135,8 @@ impl Shared {
     /// park at once): after a send once envs are slow, so that the jobs
     /// queued for it do not wait for the end of its nap. A spare that is
     /// not resting is asleep on the queue's signal, or working: one atomic
-    /// swap, then.
+    /// swap then, which leaves a token that cuts its next nap short (the
+    /// nap goes on for the rest: `worker.rs`, `nap`).
     fn wake_spare(&self) {
         if let Some(spare) = self.spare_thread.get() {
             spare.unpark();
@@ -320,7 +321,7 @@ impl ThreadBackend {
         // some envs queues none for it; a send to every env (a synchronous
         // step, whose receiver helps) queues its block too, which a helping
         // receiver takes first (`help`): the same envs on the calling
-        // thread every step, apart from worker 0's.
+        // thread every step, apart from the other workers'.
         let shared_src = shared_src.cloned();
         let rests = self.shared.spare_rests();
         let but_last = rests && !every_env;

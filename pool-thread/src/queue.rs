@@ -6,13 +6,13 @@
 //! buffers stay in that core's cache). The chunk is queued once; its jobs
 //! are claimed one at a time through one atomic word (the front by its
 //! worker, the back by a worker whose own queue is empty, or by a helping
-//! receiver), so that a job nobody started stays takeable by anyone while
+//! receiver, which takes the front of a resting worker's), so that a job nobody started stays takeable by anyone while
 //! the chunk's worker is inside a long step, and no job costs a lock or a
 //! reference count of its own.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use smallvec::SmallVec;
 use tensordict::TensorDict;
@@ -398,8 +398,10 @@ pub(crate) struct Claimed {
 /// A worker claims its jobs one at a time ([`WorkQueue::pop`]) from the
 /// front of the first chunk of its own queue: the jobs it has not started
 /// stay in the chunk, where another worker (or a helping receiver) claims
-/// them from the back while it is inside a long env step. A chunk stays
-/// queued until it is spent.
+/// them from the back while it is inside a long env step. A helping
+/// receiver takes the last queue's from the front first while its worker
+/// rests ([`WorkQueue::take_any`]). A chunk stays queued until it is
+/// spent.
 #[derive(Debug)]
 pub(crate) struct WorkQueue {
     queues: Vec<Mutex<VecDeque<Arc<Chunk>>>>,
@@ -552,47 +554,37 @@ impl WorkQueue {
         self.claim_queued(worker)
     }
 
-    /// The chunks with jobs nobody has claimed yet, each as its address
-    /// and how far it was claimed, into `out` (cleared first): what
-    /// [`WorkQueue::none_claimed_since`] compares with later.
-    pub(crate) fn unclaimed(&self, out: &mut Vec<(usize, u64)>) {
+    /// Per queue, its first chunk with a job nobody claimed yet, and how
+    /// far its front was claimed, into `out` (cleared first): what
+    /// [`WorkQueue::stood_still`] compares with later. A `Weak` keeps the
+    /// chunk's memory (not its jobs' data) from being reused meanwhile.
+    pub(crate) fn fronts(&self, out: &mut Vec<(Weak<Chunk>, u32)>) {
         out.clear();
         for queue in &self.queues {
-            for chunk in lock(queue).iter() {
+            let first = lock(queue).iter().find_map(|chunk| {
                 // Relaxed: a hint, as any look at a span before a claim.
-                let span = chunk.span.load(Ordering::Relaxed);
-                let (front, back) = unspan(span);
-                if front < back {
-                    out.push((Arc::as_ptr(chunk) as usize, span));
-                }
-            }
+                let (front, back) = unspan(chunk.span.load(Ordering::Relaxed));
+                (front < back).then(|| (Arc::downgrade(chunk), front))
+            });
+            out.extend(first);
         }
     }
 
-    /// Whether nobody claimed a job of the chunks in `before` (from
-    /// [`WorkQueue::unclaimed`]) since: each still queued and claimed as
-    /// far (a worker stuck inside a step, or held off its core). Chunks
-    /// queued since do not count: a stream of sends to other envs does not
-    /// hide a stuck worker. `false` if `before` is empty. (A chunk's memory
-    /// reused for one claimed as far only costs the spare worker a look.)
-    pub(crate) fn none_claimed_since(&self, before: &[(usize, u64)]) -> bool {
-        if before.is_empty() {
-            return false;
-        }
-        let mut still = 0;
-        for queue in &self.queues {
-            for chunk in lock(queue).iter() {
-                let at = Arc::as_ptr(chunk) as usize;
-                if let Some(&(_, span)) = before.iter().find(|&&(was, _)| was == at) {
-                    // Relaxed: as in `unclaimed`.
-                    if chunk.span.load(Ordering::Relaxed) != span {
-                        return false;
-                    }
-                    still += 1;
-                }
-            }
-        }
-        still == before.len()
+    /// Whether some queue stood still since `before` (from
+    /// [`WorkQueue::fronts`]): its first chunk then still has a job nobody
+    /// claimed and its front did not move, so its worker claimed nothing
+    /// of its own meanwhile (it is stuck inside a step, or held off its
+    /// core; claims from the back by others do not count). A live worker
+    /// elsewhere, and chunks queued since, do not hide it. `false` if
+    /// `before` is empty.
+    pub(crate) fn stood_still(&self, before: &[(Weak<Chunk>, u32)]) -> bool {
+        before.iter().any(|(chunk, was)| {
+            chunk.upgrade().is_some_and(|chunk| {
+                // Relaxed: as in `fronts`.
+                let (front, back) = unspan(chunk.span.load(Ordering::Relaxed));
+                front == *was && front < back
+            })
+        })
     }
 
     /// How many pushes there have been (a count that moves with every
@@ -820,40 +812,40 @@ mod tests {
         assert_eq!(envs(&helped), vec![2, 3], "not from the back of the first");
     }
 
-    /// What the spare worker looks at after a nap: whether anybody claimed
-    /// a job of the chunks that had unclaimed jobs as it began, chunks
-    /// queued since left out.
+    /// What the spare worker looks at after a nap: whether a queue's
+    /// first chunk with unclaimed jobs kept its front, whatever the other
+    /// queues, chunks queued since, and claims from the back did.
     #[test]
-    fn none_claimed_since_looks_at_the_chunks_queued_before_only() {
+    fn a_queue_whose_front_did_not_move_stood_still() {
         let queue = WorkQueue::new(3, 12);
         let mut before = Vec::new();
-        queue.unclaimed(&mut before);
+        queue.fronts(&mut before);
         assert!(before.is_empty());
-        assert!(!queue.none_claimed_since(&before), "nothing was queued");
-        push(&queue, 0..4);
-        let mut w0 = None;
+        assert!(!queue.stood_still(&before), "nothing was queued");
+        push(&queue, 0..8);
+        let (mut w0, mut w1) = (None, None);
         assert_eq!(pop(&queue, 0, &mut w0), Some(0));
-        // Worker 0 is inside env 0, envs 1..4 wait behind it.
-        queue.unclaimed(&mut before);
-        assert_eq!(before.len(), 1);
-        assert!(queue.none_claimed_since(&before));
-        // Sends to others' envs, claimed or not, do not count.
-        push(&queue, 4..12);
-        let mut w1 = None;
+        // Worker 0 is inside env 0, envs 1..4 wait behind it; worker 1
+        // works through its own.
+        queue.fronts(&mut before);
+        assert_eq!(before.len(), 2);
         assert_eq!(pop(&queue, 1, &mut w1), Some(4));
-        assert!(
-            queue.none_claimed_since(&before),
-            "a new chunk hid the wait"
-        );
-        // A claim of one of the waiting jobs does.
+        push(&queue, 4..12);
+        let mut helped = SmallVec::new();
+        assert_eq!(queue.take_any(1, &mut helped, false), 1);
+        assert_eq!(envs(&helped), vec![3], "from the back of worker 0's");
+        assert!(queue.stood_still(&before), "worker 0's front did not move");
         assert_eq!(pop(&queue, 0, &mut w0), Some(1));
-        assert!(!queue.none_claimed_since(&before));
-        // So does a chunk claimed to its end and dropped.
-        queue.unclaimed(&mut before);
-        assert_eq!(before.len(), 3);
-        let taken: Vec<usize> = std::iter::from_fn(|| pop(&queue, 0, &mut w0)).collect();
-        assert_eq!(taken, vec![2, 3, 7, 6, 5, 11, 10, 9, 8]);
-        assert!(!queue.none_claimed_since(&before));
+        assert!(!queue.stood_still(&before));
+        // A chunk claimed to its end and dropped stood still no more.
+        queue.fronts(&mut before);
+        let taken: Vec<usize> = std::iter::from_fn(|| pop(&queue, 0, &mut w0))
+            .take(1)
+            .collect();
+        assert_eq!(taken, vec![2]);
+        let rest: Vec<usize> = std::iter::from_fn(|| pop(&queue, 1, &mut w1)).collect();
+        assert_eq!(rest, vec![5, 6, 7, 4, 5, 6, 7, 11, 10, 9, 8]);
+        assert!(!queue.stood_still(&before));
     }
 
     /// A send out of env order makes one chunk per run of envs of one home;

@@ -53,6 +53,46 @@ fn collect(backend: &ThreadBackend, envs: usize) {
     }
 }
 
+/// Sets the env step average to `nanos` once the workers' timing of their
+/// last runs is in (it ends after the runs' results are published, so it
+/// may land after a test collected them): stored until it stays.
+fn set_env_nanos(backend: &ThreadBackend, nanos: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        backend.shared.env_nanos.store(nanos, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(5));
+        if backend.shared.env_nanos.load(Ordering::SeqCst) == nanos {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the workers kept timing steps");
+    }
+}
+
+/// Quick steps of every env (`rows` of `actions`), each collected, until
+/// the spare worker rests and naps: after a send it does (unless the
+/// steps' own timing, slow on a loaded machine, says otherwise first).
+fn until_the_spare_naps(
+    backend: &ThreadBackend,
+    rows: &[(usize, Option<usize>)],
+    actions: &TensorDict,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        backend.shared.env_nanos.store(1, Ordering::SeqCst);
+        backend.send(Op::Step, rows, Some(actions)).unwrap();
+        collect(backend, rows.len());
+        let look = Instant::now() + Duration::from_millis(50);
+        while Instant::now() < look {
+            if backend.shared.spare_napping.load(Ordering::SeqCst) {
+                set_env_nanos(backend, 1);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(Instant::now() < deadline, "the spare did not nap");
+    }
+}
+
 /// A backend of `n` CountingEnvs on one worker, every env reset and
 /// collected; with the jobs of a send to every env in order.
 fn counting_reset(n: usize) -> (ThreadBackend, Vec<(usize, Option<usize>)>) {
@@ -179,8 +219,7 @@ fn results_do_not_wait_for_a_stuck_env() {
 }
 
 /// With workers on every core, the last one rests while envs are quick:
-/// a send to some envs queues nothing for it (one to every env queues its
-/// block for a helping receiver). It still runs the jobs that wait behind
+/// a send to some envs queues nothing for it. It still runs the jobs that wait behind
 /// a step that does not return: on two workers, env 0 stuck first of the
 /// only working worker's envs, the spare runs every other env (the
 /// receiver only waits: no help).
@@ -206,23 +245,13 @@ fn a_resting_spare_worker_runs_the_jobs_behind_a_stuck_step() {
     backend.send(Op::Reset, &all, None).unwrap();
     collect(&backend, n);
     // Steps of a nanosecond: quick.
-    backend.shared.env_nanos.store(1, Ordering::SeqCst);
+    set_env_nanos(&backend, 1);
     assert!(backend.shared.spare_rests());
     let mut actions = TensorDict::new(&[n]);
     actions
         .set("action", tensordict::Tensor::full(&[n, 1], 1i64))
         .unwrap();
-    // A send to every env (a synchronous step) queues the spare's block
-    // too, for a helping receiver (collected without help here; env 0
-    // holds worker 0, so that nobody takes the block before the look).
-    let rows: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, Some(env))).collect();
-    hold.store(true, Ordering::SeqCst);
-    backend.send(Op::Step, &rows, Some(&actions)).unwrap();
-    assert_eq!(backend.shared.queue.chunks_of(workers - 1, Op::Step), 1);
-    hold.store(false, Ordering::SeqCst);
-    collect(&backend, n);
-    backend.shared.env_nanos.store(1, Ordering::SeqCst);
-    // A send to the envs in another order (as an asynchronous one): none.
+    // A send to the envs out of order (as an asynchronous one).
     let rows: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, Some(n - 1 - env))).collect();
     hold.store(true, Ordering::SeqCst);
     lock(&ran_on).clear();
@@ -248,6 +277,54 @@ fn a_resting_spare_worker_runs_the_jobs_behind_a_stuck_step() {
             "the spare ran the envs behind the stuck one"
         );
     }
+    hold.store(false, Ordering::SeqCst);
+    collect(&backend, n);
+}
+
+/// While the spare rests, a send to every env (a synchronous step) queues
+/// its block too, which a helping receiver takes first, from its front
+/// (with naps far longer than the test, the spare claims none of it; env 0
+/// holds worker 0; on two workers nobody else takes the block).
+#[test]
+fn a_helper_takes_the_resting_spares_block_of_a_send_to_every_env() {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .max(2);
+    if workers != 2 {
+        // More workers would steal the block from its back meanwhile.
+        return;
+    }
+    let n = 8;
+    let hold = Arc::new(AtomicBool::new(false));
+    let ran_on = Arc::new(Mutex::new(Vec::new()));
+    let factories: Vec<EnvFactory> = (0..n)
+        .map(|index| {
+            let (hold, ran_on) = (Arc::clone(&hold), Arc::clone(&ran_on));
+            Box::new(move || Ok(held(index, 0, hold, ran_on))) as EnvFactory
+        })
+        .collect();
+    let options = ThreadOptions::default().threads(workers);
+    let hour = Duration::from_secs(3600);
+    let naps = SpareNaps {
+        first: hour,
+        idle: hour,
+    };
+    let backend = ThreadBackend::start_with(factories, &options, Rows::Batch, naps).unwrap();
+    let all: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, None)).collect();
+    backend.send(Op::Reset, &all, None).unwrap();
+    collect(&backend, n);
+    let mut actions = TensorDict::new(&[n]);
+    actions
+        .set("action", tensordict::Tensor::full(&[n, 1], 1i64))
+        .unwrap();
+    let rows: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, Some(env))).collect();
+    until_the_spare_naps(&backend, &rows, &actions);
+    hold.store(true, Ordering::SeqCst);
+    backend.send(Op::Step, &rows, Some(&actions)).unwrap();
+    assert_eq!(backend.shared.queue.chunks_of(1, Op::Step), 1);
+    // The spare's block is envs 4..8.
+    assert_eq!(backend.help(), n / 2);
+    assert!((n / 2..n).all(|env| backend.is_done(env)));
     hold.store(false, Ordering::SeqCst);
     collect(&backend, n);
 }
@@ -286,24 +363,9 @@ fn a_send_that_queues_jobs_for_a_napping_spare_wakes_it() {
         .set("action", tensordict::Tensor::full(&[n, 1], 1i64))
         .unwrap();
     let rows: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, Some(env))).collect();
-    // Quick steps: after a send the spare rests, and naps (unless the
-    // steps' own timing, slow on a loaded machine, says otherwise first).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    'napping: loop {
-        backend.shared.env_nanos.store(1, Ordering::SeqCst);
-        backend.send(Op::Step, &rows, Some(&actions)).unwrap();
-        collect(&backend, n);
-        let look = Instant::now() + Duration::from_millis(50);
-        while Instant::now() < look {
-            if backend.shared.spare_napping.load(Ordering::SeqCst) {
-                break 'napping;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert!(Instant::now() < deadline, "the spare did not nap");
-    }
+    until_the_spare_naps(&backend, &rows, &actions);
     // Slow steps: a send queues the spare its block of envs.
-    backend.shared.env_nanos.store(1_000_000, Ordering::SeqCst);
+    set_env_nanos(&backend, 1_000_000);
     hold.store(true, Ordering::SeqCst);
     backend.send(Op::Step, &rows, Some(&actions)).unwrap();
     let spares: Vec<usize> = (n - n / workers..n).collect();

@@ -7,7 +7,7 @@
 //! and how long a run is.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{MutexGuard, TryLockError};
+use std::sync::{MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
 use pool_core::spin::{PUBLISH_RUN, PUBLISH_RUN_ENVS, RESCUE_AFTER, SPARE_NAP, SPARE_NAP_IDLE};
@@ -16,7 +16,7 @@ use smallvec::SmallVec;
 
 use super::cell::{prepare, run_cell, sync_root, Cell};
 use super::Shared;
-use crate::queue::{Claim, Current, Job};
+use crate::queue::{Chunk, Claim, Current, Job};
 
 /// A worker: claims its envs one at a time from its chunk (the others stay
 /// there, where another worker or a helping receiver can claim them), runs each,
@@ -97,10 +97,10 @@ fn ended_run(shared: &Shared, worker: usize, timing: &mut StepTiming) {
 /// ([`Shared::spare_rests`]): it claims nothing (what a send to every env
 /// queues for it is a helping receiver's, what was queued before it began
 /// to rest the others'), and naps ([`SPARE_NAP`], doubled after a nap
-/// without a send, up to [`SPARE_NAP_IDLE`]); after a nap in which nobody
-/// claimed a job of the chunks queued as it began (a worker stuck inside
-/// a step, or held off its core), it claims jobs wherever they are
-/// (`draining`) until none is left.
+/// without a send, up to [`SPARE_NAP_IDLE`]); after a nap in which some
+/// queue's front did not move (its worker stuck inside a step, or held
+/// off its core), it claims jobs wherever they are (`draining`) until none
+/// is left.
 fn spare_claim(
     shared: &Shared,
     worker: usize,
@@ -126,20 +126,36 @@ fn spare_claim(
         if shared.queue.is_stopped() {
             return None;
         }
-        shared.queue.unclaimed(&mut rest.before);
+        shared.queue.fronts(&mut rest.before);
         let pushes = shared.queue.pushes();
         shared.spare_napping.store(true, Ordering::Relaxed);
-        // Woken early by a shutdown, or by a send once envs are slow
-        // (`Shared::wake_spare`; one made before this park ends it at
-        // once).
-        std::thread::park_timeout(rest.nap);
+        let napped = nap(shared, rest.nap);
         shared.spare_napping.store(false, Ordering::Relaxed);
-        rest.draining = shared.queue.none_claimed_since(&rest.before);
+        rest.draining = napped && shared.queue.stood_still(&rest.before);
         rest.nap = if shared.queue.pushes() == pushes {
             (rest.nap * 2).min(shared.spare_naps.idle)
         } else {
             shared.spare_naps.first
         };
+    }
+}
+
+/// The spare worker's nap of `length`: woken early by a shutdown, or by
+/// a send once envs are slow (`Shared::wake_spare`; one made before the
+/// park ends it at once); a wake-up for neither (a token left by a send
+/// while it worked, or a spurious one) parks it again for the rest.
+/// Returns whether it napped the whole length.
+fn nap(shared: &Shared, length: Duration) -> bool {
+    let until = Instant::now() + length;
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            return true;
+        }
+        std::thread::park_timeout(until - now);
+        if shared.queue.is_stopped() || !shared.spare_rests() {
+            return false;
+        }
     }
 }
 
@@ -164,9 +180,9 @@ struct Rest {
     draining: bool,
     /// Its next nap.
     nap: Duration,
-    /// The chunks with unclaimed jobs as its nap began
-    /// ([`WorkQueue::unclaimed`](crate::queue::WorkQueue::unclaimed)).
-    before: Vec<(usize, u64)>,
+    /// Each queue's first chunk with unclaimed jobs as its nap began, and
+    /// its front ([`WorkQueue::fronts`](crate::queue::WorkQueue::fronts)).
+    before: Vec<(Weak<Chunk>, u32)>,
 }
 
 /// The results a worker has run but not published.
