@@ -39,9 +39,9 @@ pub const PAUSES: u32 = 3;
 /// it rests (envs quick, workers on every core: the last worker takes no
 /// job of its own, so that the calling thread, which helps or does the
 /// pool's bookkeeping, has a core; see `pool-thread`'s `Shared::spare`).
-/// After a nap in which jobs stayed queued and nobody claimed one (a
-/// worker stuck inside a step), it claims the queued jobs: none waits
-/// behind a stuck step for much longer than two naps. Half a millisecond:
+/// After a nap in which a queue's front did not move (its worker stuck
+/// inside a step), it claims that queue's jobs: none waits behind a stuck
+/// step for much longer than two naps. Half a millisecond:
 /// the bound of a result held by a worker inside a long step
 /// ([`RESCUE_AFTER`] plus a receiver's nap) is of that order too; a nap
 /// costs the spare a few microseconds of a core. A nap with no send in it

@@ -385,6 +385,15 @@ fn take_from(
     taken
 }
 
+/// A queue's first chunk with unclaimed jobs, and how far its front was
+/// claimed, at one moment ([`WorkQueue::fronts`]).
+#[derive(Debug)]
+pub(crate) struct Front {
+    queue: usize,
+    chunk: Weak<Chunk>,
+    front: u32,
+}
+
 /// A run of jobs of one chunk claimed at once (by a helping receiver).
 #[derive(Debug)]
 pub(crate) struct Claimed {
@@ -558,33 +567,50 @@ impl WorkQueue {
     /// far its front was claimed, into `out` (cleared first): what
     /// [`WorkQueue::stood_still`] compares with later. A `Weak` keeps the
     /// chunk's memory (not its jobs' data) from being reused meanwhile.
-    pub(crate) fn fronts(&self, out: &mut Vec<(Weak<Chunk>, u32)>) {
+    pub(crate) fn fronts(&self, out: &mut Vec<Front>) {
         out.clear();
-        for queue in &self.queues {
+        for (index, queue) in self.queues.iter().enumerate() {
             let first = lock(queue).iter().find_map(|chunk| {
                 // Relaxed: a hint, as any look at a span before a claim.
                 let (front, back) = unspan(chunk.span.load(Ordering::Relaxed));
-                (front < back).then(|| (Arc::downgrade(chunk), front))
+                (front < back).then(|| Front {
+                    queue: index,
+                    chunk: Arc::downgrade(chunk),
+                    front,
+                })
             });
             out.extend(first);
         }
     }
 
-    /// Whether some queue stood still since `before` (from
-    /// [`WorkQueue::fronts`]): its first chunk then still has a job nobody
-    /// claimed and its front did not move, so its worker claimed nothing
-    /// of its own meanwhile (it is stuck inside a step, or held off its
-    /// core; claims from the back by others do not count). A live worker
-    /// elsewhere, and chunks queued since, do not hide it. `false` if
-    /// `before` is empty.
-    pub(crate) fn stood_still(&self, before: &[(Weak<Chunk>, u32)]) -> bool {
-        before.iter().any(|(chunk, was)| {
-            chunk.upgrade().is_some_and(|chunk| {
-                // Relaxed: as in `fronts`.
-                let (front, back) = unspan(chunk.span.load(Ordering::Relaxed));
-                front == *was && front < back
-            })
-        })
+    /// The queues that stood still since `before` (from
+    /// [`WorkQueue::fronts`]), into `out` (cleared first): each one's first
+    /// chunk then still has a job nobody claimed and its front did not
+    /// move, so its worker claimed nothing of its own meanwhile (it is
+    /// stuck inside a step, or held off its core, or it rests; claims from
+    /// the back by others do not count). A live worker elsewhere, and
+    /// chunks queued since, do not hide one.
+    pub(crate) fn stood_still(&self, before: &[Front], out: &mut Vec<usize>) {
+        out.clear();
+        out.extend(before.iter().filter_map(|was| {
+            let chunk = was.chunk.upgrade()?;
+            // Relaxed: as in `fronts`.
+            let (front, back) = unspan(chunk.span.load(Ordering::Relaxed));
+            (front == was.front && front < back).then_some(was.queue)
+        }));
+    }
+
+    /// Claims a job of queue `queue` for worker `worker` (the spare,
+    /// standing in for that queue's worker): from the front of the first
+    /// chunk with any if the queue is its own, else from the back of the
+    /// last. `None` if the queue has none left or is stopped.
+    pub(crate) fn claim_in(&self, queue: usize, worker: usize) -> Option<Claim> {
+        if self.is_stopped() {
+            return None;
+        }
+        let n = self.queues.len();
+        let stolen = (queue % n != worker % n).then(|| self.pushed.generation());
+        claim_one(&mut lock(&self.queues[queue % n]), stolen)
     }
 
     /// How many pushes there have been (a count that moves with every
@@ -821,7 +847,9 @@ mod tests {
         let mut before = Vec::new();
         queue.fronts(&mut before);
         assert!(before.is_empty());
-        assert!(!queue.stood_still(&before), "nothing was queued");
+        let mut still = Vec::new();
+        queue.stood_still(&before, &mut still);
+        assert!(still.is_empty(), "nothing was queued");
         push(&queue, 0..8);
         let (mut w0, mut w1) = (None, None);
         assert_eq!(pop(&queue, 0, &mut w0), Some(0));
@@ -834,9 +862,11 @@ mod tests {
         let mut helped = SmallVec::new();
         assert_eq!(queue.take_any(1, &mut helped, false), 1);
         assert_eq!(envs(&helped), vec![3], "from the back of worker 0's");
-        assert!(queue.stood_still(&before), "worker 0's front did not move");
+        queue.stood_still(&before, &mut still);
+        assert_eq!(still, vec![0], "worker 0's front did not move");
         assert_eq!(pop(&queue, 0, &mut w0), Some(1));
-        assert!(!queue.stood_still(&before));
+        queue.stood_still(&before, &mut still);
+        assert!(still.is_empty());
         // A chunk claimed to its end and dropped stood still no more.
         queue.fronts(&mut before);
         let taken: Vec<usize> = std::iter::from_fn(|| pop(&queue, 0, &mut w0))
@@ -845,7 +875,13 @@ mod tests {
         assert_eq!(taken, vec![2]);
         let rest: Vec<usize> = std::iter::from_fn(|| pop(&queue, 1, &mut w1)).collect();
         assert_eq!(rest, vec![5, 6, 7, 4, 5, 6, 7, 11, 10, 9, 8]);
-        assert!(!queue.stood_still(&before));
+        queue.stood_still(&before, &mut still);
+        assert!(still.is_empty());
+        // The spare standing in for worker 0 claims its jobs from the
+        // back, its own from the front.
+        push(&queue, 0..12);
+        assert_eq!(queue.claim_in(0, 2).map(|c| c.chunk.env(c.index)), Some(3));
+        assert_eq!(queue.claim_in(2, 2).map(|c| c.chunk.env(c.index)), Some(8));
     }
 
     /// A send out of env order makes one chunk per run of envs of one home;

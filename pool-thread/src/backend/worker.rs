@@ -7,7 +7,7 @@
 //! and how long a run is.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{MutexGuard, TryLockError, Weak};
+use std::sync::{MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use pool_core::spin::{PUBLISH_RUN, PUBLISH_RUN_ENVS, RESCUE_AFTER, SPARE_NAP, SPARE_NAP_IDLE};
@@ -16,7 +16,7 @@ use smallvec::SmallVec;
 
 use super::cell::{prepare, run_cell, sync_root, Cell};
 use super::Shared;
-use crate::queue::{Chunk, Claim, Current, Job};
+use crate::queue::{Claim, Current, Front, Job};
 
 /// A worker: claims its envs one at a time from its chunk (the others stay
 /// there, where another worker or a helping receiver can claim them), runs each,
@@ -40,7 +40,7 @@ pub(super) fn worker_loop(shared: &Shared, worker: usize) {
     // The spare's: whether it claims the queued jobs of stuck workers, and
     // how long it naps next.
     let mut rest = Rest {
-        draining: false,
+        draining: Vec::new(),
         nap: shared.spare_naps.first,
         before: Vec::new(),
     };
@@ -99,8 +99,9 @@ fn ended_run(shared: &Shared, worker: usize, timing: &mut StepTiming) {
 /// to rest the others'), and naps ([`SPARE_NAP`], doubled after a nap
 /// without a send, up to [`SPARE_NAP_IDLE`]); after a nap in which some
 /// queue's front did not move (its worker stuck inside a step, or held
-/// off its core), it claims jobs wherever they are (`draining`) until none
-/// is left.
+/// off its core; or its own, which nobody helped with), it claims the
+/// jobs of each such queue (`draining`) until none is left there, and
+/// rests again.
 fn spare_claim(
     shared: &Shared,
     worker: usize,
@@ -110,12 +111,20 @@ fn spare_claim(
 ) -> Option<Claim> {
     loop {
         let rests = shared.spare_rests();
-        if !rests || rest.draining {
+        if !rests {
+            rest.draining.clear();
             if let Some(claim) = shared.queue.try_pop(worker, current) {
                 return Some(claim);
             }
         }
-        rest.draining = false;
+        while let Some(&queue) = rest.draining.last() {
+            match shared.queue.claim_in(queue, worker) {
+                Some(claim) => return Some(claim),
+                None => {
+                    rest.draining.pop();
+                }
+            }
+        }
         ended_run(shared, worker, timing);
         if !rests {
             // As any worker: sleeps until something is queued. (A push
@@ -131,7 +140,9 @@ fn spare_claim(
         shared.spare_napping.store(true, Ordering::Relaxed);
         let napped = nap(shared, rest.nap);
         shared.spare_napping.store(false, Ordering::Relaxed);
-        rest.draining = napped && shared.queue.stood_still(&rest.before);
+        if napped {
+            shared.queue.stood_still(&rest.before, &mut rest.draining);
+        }
         rest.nap = if shared.queue.pushes() == pushes {
             (rest.nap * 2).min(shared.spare_naps.idle)
         } else {
@@ -176,13 +187,14 @@ impl SpareNaps {
 
 /// What the spare worker keeps between its claims ([`spare_claim`]).
 struct Rest {
-    /// Whether it claims queued jobs wherever they are.
-    draining: bool,
+    /// The queues whose jobs it claims, standing in for their workers,
+    /// the last first.
+    draining: Vec<usize>,
     /// Its next nap.
     nap: Duration,
     /// Each queue's first chunk with unclaimed jobs as its nap began, and
     /// its front ([`WorkQueue::fronts`](crate::queue::WorkQueue::fronts)).
-    before: Vec<(Weak<Chunk>, u32)>,
+    before: Vec<Front>,
 }
 
 /// The results a worker has run but not published.
