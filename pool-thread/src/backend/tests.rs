@@ -34,6 +34,20 @@ fn held(
     })
 }
 
+/// `n` envs as [`held`], env 0 the held one.
+fn held_first(
+    n: usize,
+    hold: &Arc<AtomicBool>,
+    ran_on: &Arc<Mutex<Vec<ThreadId>>>,
+) -> Vec<EnvFactory> {
+    (0..n)
+        .map(|index| {
+            let (hold, ran_on) = (Arc::clone(hold), Arc::clone(ran_on));
+            Box::new(move || Ok(held(index, 0, hold, ran_on))) as EnvFactory
+        })
+        .collect()
+}
+
 /// Waits (at most 10 s) until every one of `envs` is done.
 fn wait_done(backend: &ThreadBackend, envs: &[usize]) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -231,12 +245,7 @@ fn a_resting_spare_worker_runs_the_jobs_behind_a_stuck_step() {
     let n = 4 * workers;
     let hold = Arc::new(AtomicBool::new(false));
     let ran_on = Arc::new(Mutex::new(Vec::new()));
-    let factories: Vec<EnvFactory> = (0..n)
-        .map(|index| {
-            let (hold, ran_on) = (Arc::clone(&hold), Arc::clone(&ran_on));
-            Box::new(move || Ok(held(index, 0, hold, ran_on))) as EnvFactory
-        })
-        .collect();
+    let factories = held_first(n, &hold, &ran_on);
     let options = ThreadOptions::default().threads(workers);
     let backend = ThreadBackend::start(factories, &options, Rows::Batch).unwrap();
     assert_eq!(backend.shared.spare, Some(workers - 1));
@@ -281,6 +290,46 @@ fn a_resting_spare_worker_runs_the_jobs_behind_a_stuck_step() {
     collect(&backend, n);
 }
 
+/// A backend of `n` envs (env 0's steps held while `hold` is set) on
+/// `workers` workers whose spare naps an hour at a time, every env reset,
+/// and quick steps of every env (`rows` of `actions`) run until the spare
+/// naps.
+struct Napping {
+    backend: ThreadBackend,
+    hold: Arc<AtomicBool>,
+    rows: Vec<(usize, Option<usize>)>,
+    actions: TensorDict,
+}
+
+fn napping_spare(n: usize, workers: usize) -> Napping {
+    let hold = Arc::new(AtomicBool::new(false));
+    let ran_on = Arc::new(Mutex::new(Vec::new()));
+    let factories = held_first(n, &hold, &ran_on);
+    let options = ThreadOptions::default().threads(workers);
+    let hour = Duration::from_secs(3600);
+    let naps = SpareNaps {
+        first: hour,
+        idle: hour,
+    };
+    let backend = ThreadBackend::start_with(factories, &options, Rows::Batch, naps).unwrap();
+    assert_eq!(backend.shared.spare, Some(workers - 1));
+    let all: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, None)).collect();
+    backend.send(Op::Reset, &all, None).unwrap();
+    collect(&backend, n);
+    let mut actions = TensorDict::new(&[n]);
+    actions
+        .set("action", tensordict::Tensor::full(&[n, 1], 1i64))
+        .unwrap();
+    let rows: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, Some(env))).collect();
+    until_the_spare_naps(&backend, &rows, &actions);
+    Napping {
+        backend,
+        hold,
+        rows,
+        actions,
+    }
+}
+
 /// While the spare rests, a send to every env (a synchronous step) queues
 /// its block too, which a helping receiver takes first, from its front
 /// (with naps far longer than the test, the spare claims none of it; env 0
@@ -295,30 +344,12 @@ fn a_helper_takes_the_resting_spares_block_of_a_send_to_every_env() {
         return;
     }
     let n = 8;
-    let hold = Arc::new(AtomicBool::new(false));
-    let ran_on = Arc::new(Mutex::new(Vec::new()));
-    let factories: Vec<EnvFactory> = (0..n)
-        .map(|index| {
-            let (hold, ran_on) = (Arc::clone(&hold), Arc::clone(&ran_on));
-            Box::new(move || Ok(held(index, 0, hold, ran_on))) as EnvFactory
-        })
-        .collect();
-    let options = ThreadOptions::default().threads(workers);
-    let hour = Duration::from_secs(3600);
-    let naps = SpareNaps {
-        first: hour,
-        idle: hour,
-    };
-    let backend = ThreadBackend::start_with(factories, &options, Rows::Batch, naps).unwrap();
-    let all: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, None)).collect();
-    backend.send(Op::Reset, &all, None).unwrap();
-    collect(&backend, n);
-    let mut actions = TensorDict::new(&[n]);
-    actions
-        .set("action", tensordict::Tensor::full(&[n, 1], 1i64))
-        .unwrap();
-    let rows: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, Some(env))).collect();
-    until_the_spare_naps(&backend, &rows, &actions);
+    let Napping {
+        backend,
+        hold,
+        rows,
+        actions,
+    } = napping_spare(n, workers);
     hold.store(true, Ordering::SeqCst);
     backend.send(Op::Step, &rows, Some(&actions)).unwrap();
     assert_eq!(backend.shared.queue.chunks_of(1, Op::Step), 1);
@@ -339,31 +370,12 @@ fn a_send_that_queues_jobs_for_a_napping_spare_wakes_it() {
         .map_or(1, std::num::NonZeroUsize::get)
         .max(2);
     let n = 4 * workers;
-    let hold = Arc::new(AtomicBool::new(false));
-    let ran_on = Arc::new(Mutex::new(Vec::new()));
-    let factories: Vec<EnvFactory> = (0..n)
-        .map(|index| {
-            let (hold, ran_on) = (Arc::clone(&hold), Arc::clone(&ran_on));
-            Box::new(move || Ok(held(index, 0, hold, ran_on))) as EnvFactory
-        })
-        .collect();
-    let options = ThreadOptions::default().threads(workers);
-    let hour = Duration::from_secs(3600);
-    let naps = SpareNaps {
-        first: hour,
-        idle: hour,
-    };
-    let backend = ThreadBackend::start_with(factories, &options, Rows::Batch, naps).unwrap();
-    assert_eq!(backend.shared.spare, Some(workers - 1));
-    let all: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, None)).collect();
-    backend.send(Op::Reset, &all, None).unwrap();
-    collect(&backend, n);
-    let mut actions = TensorDict::new(&[n]);
-    actions
-        .set("action", tensordict::Tensor::full(&[n, 1], 1i64))
-        .unwrap();
-    let rows: Vec<(usize, Option<usize>)> = (0..n).map(|env| (env, Some(env))).collect();
-    until_the_spare_naps(&backend, &rows, &actions);
+    let Napping {
+        backend,
+        hold,
+        rows,
+        actions,
+    } = napping_spare(n, workers);
     // Slow steps: a send queues the spare its block of envs.
     set_env_nanos(&backend, 1_000_000);
     hold.store(true, Ordering::SeqCst);
