@@ -37,7 +37,12 @@ struct Measured {
     num_envs: usize,
     mode: &'static str,
     steps_per_second: f64,
-    /// Pool time per env-step minus the raw loop's, in nanoseconds.
+    /// The raw loop's rate in the blocks alternating with this
+    /// measurement's ([`paired`]), and the median of the blocks' ratios
+    /// (this rate over the raw loop's); `None` for the raw loop itself.
+    paired: Option<(f64, f64)>,
+    /// Pool time per env-step minus the raw loop's (the paired blocks'),
+    /// in nanoseconds.
     overhead_ns: Option<f64>,
     /// Env-steps per pool call (per receive and send for async): measured
     /// for the bare loops, `None` for the others.
@@ -121,7 +126,7 @@ pub(crate) fn bench(args: &BenchArgs) -> Result<(), Failure> {
     let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
     if !args.json {
         say!(
-            "{} on {cores} cores, {} s per measurement (async: min_get = N/2; overhead: pool time per env-step minus the raw loop's)",
+            "{} on {cores} cores, {} s per measurement (async: min_get = N/2; overhead: pool time per env-step minus the raw loop's; x raw: the median ratio to the raw loop over {PAIRS} pairs of blocks, the raw loop run between the pool's)",
             args.env,
             args.seconds
         )?;
@@ -129,17 +134,19 @@ pub(crate) fn bench(args: &BenchArgs) -> Result<(), Failure> {
             say!("bare loops: no tally, no root kept; sync-bare: all N per call; async-bare: min_get = max_get = N/2, resent to those envs")?;
         }
         say!(
-            "{:>5}  {:<20} {:<10} {:>14} {:>16}",
+            "{:>5}  {:<20} {:<10} {:>14} {:>16} {:>9}",
             "envs",
             "config",
             "mode",
             "env-steps/s",
-            "overhead/step"
+            "overhead/step",
+            "x raw"
         )?;
     }
     for &n in &args.sizes {
         let n = n as usize;
-        let raw = raw_rate(&args.env, n, budget).map_err(failed)?;
+        let mut raw = RawLoop::new(&args.env, n).map_err(failed)?;
+        let (steps, elapsed) = raw.run(budget).map_err(failed)?;
         print_row(
             args,
             &Measured {
@@ -148,13 +155,26 @@ pub(crate) fn bench(args: &BenchArgs) -> Result<(), Failure> {
                 exchange: None,
                 num_envs: n,
                 mode: "sync",
-                steps_per_second: raw,
+                steps_per_second: steps as f64 / elapsed.as_secs_f64(),
+                paired: None,
                 overhead_ns: None,
                 steps_per_call: None,
                 draw_ns: None,
             },
         )?;
         for (config, backend_name, exchange, backend) in configs(n, cores) {
+            let row = |mode, paired: Paired, steps_per_call, draw_ns| Measured {
+                config,
+                backend: Some(backend_name),
+                exchange,
+                num_envs: n,
+                mode,
+                steps_per_second: paired.rate,
+                paired: Some((paired.raw, paired.ratio)),
+                overhead_ns: Some((1.0 / paired.rate - 1.0 / paired.raw) * 1e9),
+                steps_per_call,
+                draw_ns,
+            };
             for sync in [true, false] {
                 let run_args = RunArgs {
                     env: args.env.clone(),
@@ -163,36 +183,26 @@ pub(crate) fn bench(args: &BenchArgs) -> Result<(), Failure> {
                     json: true,
                     ..RunArgs::default()
                 };
-                let plan = Plan {
-                    num_envs: n,
-                    min_get: (n / 2).max(1),
-                    backend: backend.clone(),
-                    workers: None,
-                    budget: Some(budget),
-                };
                 let pool = AsyncEnvPool::builder()
                     .registered_n(&args.env, n, Kwargs::new())
                     .backend(backend.clone())
                     .build()
                     .map_err(failed)?;
                 let never = AtomicBool::new(false);
-                let (tally, elapsed) = drive(&run_args, &plan, &pool, &never).map_err(failed)?;
-                pool.shutdown();
-                let rate = tally.steps as f64 / elapsed.as_secs_f64().max(1e-9);
-                print_row(
-                    args,
-                    &Measured {
-                        config,
-                        backend: Some(backend_name),
-                        exchange,
+                let measured = paired(&mut raw, budget, |block| {
+                    let plan = Plan {
                         num_envs: n,
-                        mode: if sync { "sync" } else { "async" },
-                        steps_per_second: rate,
-                        overhead_ns: Some((1.0 / rate - 1.0 / raw) * 1e9),
-                        steps_per_call: None,
-                        draw_ns: None,
-                    },
-                )?;
+                        min_get: (n / 2).max(1),
+                        backend: backend.clone(),
+                        workers: None,
+                        budget: Some(block),
+                    };
+                    let (tally, elapsed) = drive(&run_args, &plan, &pool, &never)?;
+                    Ok((tally.steps, elapsed))
+                });
+                pool.shutdown();
+                let mode = if sync { "sync" } else { "async" };
+                print_row(args, &row(mode, measured.map_err(failed)?, None, None))?;
             }
             if !args.bare {
                 continue;
@@ -203,34 +213,91 @@ pub(crate) fn bench(args: &BenchArgs) -> Result<(), Failure> {
                     .backend(backend.clone())
                     .build()
                     .map_err(failed)?;
-                let measured = bare_rate(&pool, bare, budget);
+                let (mut per_call, mut draws) = (Vec::new(), Vec::new());
+                let measured = paired(&mut raw, budget, |block| {
+                    let figures = bare_rate(&pool, bare, block)?;
+                    per_call.push(figures.steps_per_call);
+                    draws.push(figures.draw_ns);
+                    Ok((figures.steps, figures.elapsed))
+                });
                 pool.shutdown();
-                let figures = measured.map_err(failed)?;
-                print_row(
-                    args,
-                    &Measured {
-                        config,
-                        backend: Some(backend_name),
-                        exchange,
-                        num_envs: n,
-                        mode: bare.mode(),
-                        steps_per_second: figures.rate,
-                        overhead_ns: Some((1.0 / figures.rate - 1.0 / raw) * 1e9),
-                        steps_per_call: Some(figures.steps_per_call),
-                        draw_ns: Some(figures.draw_ns),
-                    },
-                )?;
+                let measured = measured.map_err(failed)?;
+                let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+                let row = row(
+                    bare.mode(),
+                    measured,
+                    Some(mean(&per_call)),
+                    Some(mean(&draws)),
+                );
+                print_row(args, &row)?;
             }
         }
     }
     Ok(())
 }
 
+/// How many pairs of blocks a measurement takes ([`paired`]).
+const PAIRS: u32 = 10;
+
+/// A measurement's rate and the raw loop's beside it ([`paired`]).
+#[derive(Debug)]
+struct Paired {
+    /// Env-steps per second over the measured blocks.
+    rate: f64,
+    /// The raw loop's over the blocks between them.
+    raw: f64,
+    /// The median over the pairs of the block's rate over the raw loop's.
+    ratio: f64,
+}
+
+/// `block(length)` (it runs the measured loop for about `length`, and
+/// returns its env-steps and the time they took) and the raw loop
+/// alternately, [`PAIRS`] blocks of each, each `budget` / [`PAIRS`] long,
+/// the order flipped every pair: each ratio is taken within tens of
+/// milliseconds, so that the host's drift over the seconds between one
+/// row and the next (single runs 1.5 to 2 times apart on a shared machine)
+/// does not enter it.
+fn paired(
+    raw: &mut RawLoop,
+    budget: Duration,
+    mut block: impl FnMut(Duration) -> Result<(u64, Duration)>,
+) -> Result<Paired> {
+    let length = budget / PAIRS;
+    let rate = |(steps, elapsed): (u64, Duration)| steps as f64 / elapsed.as_secs_f64().max(1e-9);
+    let (mut steps, mut time, mut raw_steps, mut raw_time) = (0, Duration::ZERO, 0, Duration::ZERO);
+    let mut ratios = Vec::with_capacity(PAIRS as usize);
+    for pair in 0..PAIRS {
+        let (measured, alongside) = if pair % 2 == 0 {
+            let measured = block(length)?;
+            (measured, raw.run(length)?)
+        } else {
+            let alongside = raw.run(length)?;
+            (block(length)?, alongside)
+        };
+        ratios.push(rate(measured) / rate(alongside));
+        (steps, time) = (steps + measured.0, time + measured.1);
+        (raw_steps, raw_time) = (raw_steps + alongside.0, raw_time + alongside.1);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let mid = ratios.len() / 2;
+    let ratio = if ratios.len() % 2 == 0 {
+        (ratios[mid - 1] + ratios[mid]) / 2.0
+    } else {
+        ratios[mid]
+    };
+    Ok(Paired {
+        rate: rate((steps, time)),
+        raw: rate((raw_steps, raw_time)),
+        ratio,
+    })
+}
+
 /// The figures of a bare loop.
 #[derive(Debug)]
 struct BareFigures {
-    /// Env-steps per second.
-    rate: f64,
+    /// The env-steps measured, and the time they took.
+    steps: u64,
+    elapsed: Duration,
     /// Env-steps per call (per receive and send for async).
     steps_per_call: f64,
     /// Nanoseconds per call of drawing the actions alone.
@@ -244,7 +311,7 @@ const DRAWS: u32 = 2000;
 /// of it (at least 3 calls), as the Python driver of `cargo xtask bench
 /// --anchors` does. Actions are drawn afresh for every call from the pool's
 /// action spec (all N envs, then the rows of the envs sent to); the time of
-/// that draw alone is measured after the loop.
+/// that draw alone is measured after the loop. Leaves nothing in flight.
 fn bare_rate(pool: &AsyncEnvPool, bare: Bare, budget: Duration) -> Result<BareFigures> {
     let n = pool.num_envs();
     let half = (n / 2).max(1);
@@ -295,6 +362,11 @@ fn bare_rate(pool: &AsyncEnvPool, bare: Bare, budget: Duration) -> Result<BareFi
             break elapsed;
         }
     };
+    // Nothing left in flight: the next block begins with a reset.
+    let in_flight = pool.in_flight().len();
+    if in_flight > 0 {
+        pool.async_step_and_maybe_reset_recv(Recv::all(in_flight))?;
+    }
     let envs: Vec<usize> = (0..half).collect();
     let start = Instant::now();
     for _ in 0..DRAWS {
@@ -304,7 +376,8 @@ fn bare_rate(pool: &AsyncEnvPool, bare: Bare, budget: Duration) -> Result<BareFi
         };
     }
     Ok(BareFigures {
-        rate: steps as f64 / elapsed.as_secs_f64(),
+        steps: steps as u64,
+        elapsed,
         steps_per_call: steps as f64 / calls as f64,
         draw_ns: start.elapsed().as_secs_f64() * 1e9 / f64::from(DRAWS),
     })
@@ -323,6 +396,8 @@ fn print_row(args: &BenchArgs, r: &Measured) -> Result<(), Failure> {
                 "num_envs": r.num_envs,
                 "mode": r.mode,
                 "steps_per_second": r.steps_per_second,
+                "paired_raw_steps_per_second": r.paired.map(|(raw, _)| raw),
+                "paired_ratio": r.paired.map(|(_, ratio)| ratio),
                 "overhead_ns_per_env_step": r.overhead_ns,
                 "steps_per_call": r.steps_per_call,
                 "draw_ns_per_call": r.draw_ns,
@@ -332,50 +407,76 @@ fn print_row(args: &BenchArgs, r: &Measured) -> Result<(), Failure> {
     let overhead = r
         .overhead_ns
         .map_or("-".to_owned(), |o| format!("{o:.0} ns"));
+    let ratio = r
+        .paired
+        .map_or("1".to_owned(), |(_, ratio)| format!("{ratio:.2}x"));
     say!(
-        "{:>5}  {:<20} {:<10} {:>14.0} {:>16}",
+        "{:>5}  {:<20} {:<10} {:>14.0} {:>16} {:>9}",
         r.num_envs,
         r.config,
         r.mode,
         r.steps_per_second,
-        overhead
+        overhead,
+        ratio
     )
 }
 
-/// Env-steps per second of `n` envs stepped in turn by one thread: each
-/// env's `step_into` on reused buffers (the env's own cost, as in the divan
-/// benchmark's `raw`), with random actions drawn ahead ([`RAW_ACTIONS`] per
-/// env, used in turn), and `reset_into` when an episode ends.
-fn raw_rate(env: &str, n: usize, budget: Duration) -> Result<f64> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
-    let mut envs = Vec::with_capacity(n);
-    for _ in 0..n {
-        let mut e = pool::envs::make(env, &Kwargs::new())?;
-        let root = e.reset(None)?;
-        let mut inputs = Vec::with_capacity(RAW_ACTIONS);
-        for _ in 0..RAW_ACTIONS {
-            let mut input = root.clone();
-            input.update(&e.rand_action(&mut rng))?;
-            inputs.push(input);
-        }
-        let next = e.step_template();
-        let reset = e.reset_template();
-        envs.push((e, inputs, next, reset));
-    }
-    let start = Instant::now();
-    let mut steps = 0u64;
-    let mut turn = 0;
-    while start.elapsed() < budget {
-        for (e, inputs, next, reset) in envs.iter_mut() {
-            e.step_into(&inputs[turn], next)?;
-            if next.tensor("done")?.as_slice::<bool>()?.contains(&true) {
-                e.reset_into(None, reset)?;
+/// `n` envs stepped in turn by one thread: each env's `step_into` on
+/// reused buffers (the env's own cost, as in the divan benchmark's `raw`),
+/// with random actions drawn ahead ([`RAW_ACTIONS`] per env, used in
+/// turn), and `reset_into` when an episode ends.
+struct RawLoop {
+    envs: Vec<RawEnv>,
+    /// The actions' turn.
+    turn: usize,
+}
+
+/// An env of the raw loop: the env, its actions, its step and reset
+/// buffers.
+type RawEnv = (
+    Box<dyn pool::envs::Env>,
+    Vec<TensorDict>,
+    TensorDict,
+    TensorDict,
+);
+
+impl RawLoop {
+    fn new(env: &str, n: usize) -> Result<RawLoop> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+        let mut envs = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut e = pool::envs::make(env, &Kwargs::new())?;
+            let root = e.reset(None)?;
+            let mut inputs = Vec::with_capacity(RAW_ACTIONS);
+            for _ in 0..RAW_ACTIONS {
+                let mut input = root.clone();
+                input.update(&e.rand_action(&mut rng))?;
+                inputs.push(input);
             }
-            steps += 1;
+            let next = e.step_template();
+            let reset = e.reset_template();
+            envs.push((e, inputs, next, reset));
         }
-        turn = (turn + 1) % RAW_ACTIONS;
+        Ok(RawLoop { envs, turn: 0 })
     }
-    Ok(steps as f64 / start.elapsed().as_secs_f64())
+
+    /// Rounds of every env for about `budget`: the env-steps, and the time
+    /// they took.
+    fn run(&mut self, budget: Duration) -> Result<(u64, Duration)> {
+        let start = Instant::now();
+        let mut steps = 0u64;
+        while start.elapsed() < budget {
+            for (e, inputs, next, reset) in self.envs.iter_mut() {
+                e.step_into(&inputs[self.turn], next)?;
+                if next.tensor("done")?.as_slice::<bool>()?.contains(&true) {
+                    e.reset_into(None, reset)?;
+                }
+                steps += 1;
+            }
+            self.turn = (self.turn + 1) % RAW_ACTIONS;
+        }
+        Ok((steps, start.elapsed()))
+    }
 }
 
 #[cfg(test)]
@@ -391,6 +492,31 @@ mod tests {
             .unwrap()
     }
 
+    /// A measurement alternates with the raw loop: `PAIRS` blocks of a
+    /// `PAIRS`th of the budget each, its rate over its own blocks, and the
+    /// ratio the median of the pairs' (here the block's rate is fixed, so
+    /// the ratio is that rate over a raw rate between the slowest and the
+    /// fastest raw block's).
+    #[test]
+    fn a_measurement_is_paired_with_the_raw_loop_block_by_block() {
+        let mut raw = RawLoop::new("CountingEnv", 4).unwrap();
+        let budget = Duration::from_millis(50);
+        let mut lengths = Vec::new();
+        let measured = paired(&mut raw, budget, |length| {
+            lengths.push(length);
+            Ok((1000, Duration::from_millis(1)))
+        })
+        .unwrap();
+        assert_eq!(lengths, vec![budget / PAIRS; PAIRS as usize]);
+        assert!((measured.rate - 1e6).abs() < 1.0, "{measured:?}");
+        assert!(measured.raw > 0.0, "{measured:?}");
+        let implied = measured.rate / measured.ratio;
+        assert!(implied > 0.0 && implied.is_finite(), "{measured:?}");
+        // An error in a block ends the measurement with it.
+        let err = paired(&mut raw, budget, |_| anyhow::bail!("a block failed")).unwrap_err();
+        assert_eq!(err.to_string(), "a block failed");
+    }
+
     #[test]
     fn bare_loops_step_all_envs_or_exactly_half_per_call() {
         for (n, bare, per_call) in [
@@ -401,9 +527,14 @@ mod tests {
         ] {
             let pool = counting(n);
             let figures = bare_rate(&pool, bare, Duration::from_millis(20)).unwrap();
+            // Another block on the same pool (nothing left in flight).
+            bare_rate(&pool, bare, Duration::from_millis(5)).unwrap();
             pool.shutdown();
             assert_eq!(figures.steps_per_call, per_call, "{n} envs, {bare:?}");
-            assert!(figures.rate > 0.0 && figures.draw_ns > 0.0, "{figures:?}");
+            assert!(
+                figures.steps > 0 && !figures.elapsed.is_zero() && figures.draw_ns > 0.0,
+                "{figures:?}"
+            );
         }
         assert_eq!(Bare::Sync.mode(), "sync-bare");
         assert_eq!(Bare::Async.mode(), "async-bare");

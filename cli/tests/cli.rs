@@ -259,6 +259,14 @@ fn envs_and_bench_list_what_they_should() {
     assert!(rows
         .iter()
         .all(|r| r["steps_per_second"].as_f64().unwrap() > 0.0));
+    // Each pool row with the raw loop's rate beside it and the paired
+    // ratio; the raw loop's row with neither.
+    assert!(rows[0]["paired_ratio"].is_null(), "{}", rows[0]);
+    for row in &rows[1..] {
+        for key in ["paired_ratio", "paired_raw_steps_per_second"] {
+            assert!(row[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {row}");
+        }
+    }
 }
 
 #[test]
