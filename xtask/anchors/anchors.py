@@ -1547,7 +1547,9 @@ def run_rlpool(rlpool, env, n, seconds):
     for line in done.stdout.splitlines():
         got = json.loads(line)
         config = "raw loop" if got["config"].startswith("raw loop") else got["config"]
-        extra = {k: got[k] for k in ("steps_per_call", "draw_ns_per_call") if got.get(k)}
+        extra = {
+            k: got[k] for k in ("steps_per_call", "draw_ns_per_call", "paired_ratio") if got.get(k)
+        }
         rows.append(row("rlpool", env, n, config, got["mode"], got["steps_per_second"], **extra))
     return rows
 
