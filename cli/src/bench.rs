@@ -41,8 +41,8 @@ struct Measured {
     /// measurement's ([`paired`]), and the median of the blocks' ratios
     /// (this rate over the raw loop's); `None` for the raw loop itself.
     paired: Option<(f64, f64)>,
-    /// Pool time per env-step minus the raw loop's (the paired blocks'),
-    /// in nanoseconds.
+    /// Pool time per env-step minus the raw loop's, in nanoseconds: from
+    /// the paired ratio and the raw loop's rate beside it.
     overhead_ns: Option<f64>,
     /// Env-steps per pool call (per receive and send for async): measured
     /// for the bare loops, `None` for the others.
@@ -171,7 +171,8 @@ pub(crate) fn bench(args: &BenchArgs) -> Result<(), Failure> {
                 mode,
                 steps_per_second: paired.rate,
                 paired: Some((paired.raw, paired.ratio)),
-                overhead_ns: Some((1.0 / paired.rate - 1.0 / paired.raw) * 1e9),
+                // From the paired ratio, so that the two columns agree.
+                overhead_ns: Some((1.0 / paired.ratio - 1.0) / paired.raw * 1e9),
                 steps_per_call,
                 draw_ns,
             };
@@ -239,6 +240,9 @@ pub(crate) fn bench(args: &BenchArgs) -> Result<(), Failure> {
 /// How many pairs of blocks a measurement takes ([`paired`]).
 const PAIRS: u32 = 10;
 
+/// The shortest block of a paired measurement ([`paired`]).
+const MIN_BLOCK: Duration = Duration::from_millis(1);
+
 /// A measurement's rate and the raw loop's beside it ([`paired`]).
 #[derive(Debug)]
 struct Paired {
@@ -262,7 +266,10 @@ fn paired(
     budget: Duration,
     mut block: impl FnMut(Duration) -> Result<(u64, Duration)>,
 ) -> Result<Paired> {
-    let length = budget / PAIRS;
+    // A block long enough for a round of every env and a few pool calls
+    // (each pool block begins with a reset and ends with nothing in
+    // flight: a few tens of microseconds of the block).
+    let length = (budget / PAIRS).max(MIN_BLOCK);
     let rate = |(steps, elapsed): (u64, Duration)| steps as f64 / elapsed.as_secs_f64().max(1e-9);
     let (mut steps, mut time, mut raw_steps, mut raw_time) = (0, Duration::ZERO, 0, Duration::ZERO);
     let mut ratios = Vec::with_capacity(PAIRS as usize);
@@ -460,12 +467,13 @@ impl RawLoop {
         Ok(RawLoop { envs, turn: 0 })
     }
 
-    /// Rounds of every env for about `budget`: the env-steps, and the time
-    /// they took.
+    /// Rounds of every env for about `budget` (at least one): the
+    /// env-steps, and the time they took.
     fn run(&mut self, budget: Duration) -> Result<(u64, Duration)> {
         let start = Instant::now();
         let mut steps = 0u64;
-        while start.elapsed() < budget {
+        // At least one round, however short the budget.
+        while steps == 0 || start.elapsed() < budget {
             for (e, inputs, next, reset) in self.envs.iter_mut() {
                 e.step_into(&inputs[self.turn], next)?;
                 if next.tensor("done")?.as_slice::<bool>()?.contains(&true) {
@@ -508,6 +516,14 @@ mod tests {
         })
         .unwrap();
         assert_eq!(lengths, vec![budget / PAIRS; PAIRS as usize]);
+        // A budget too short for blocks of a millisecond: blocks of one.
+        let mut lengths = Vec::new();
+        paired(&mut raw, Duration::from_micros(10), |length| {
+            lengths.push(length);
+            Ok((1, length))
+        })
+        .unwrap();
+        assert_eq!(lengths, vec![MIN_BLOCK; PAIRS as usize]);
         assert!((measured.rate - 1e6).abs() < 1.0, "{measured:?}");
         assert!(measured.raw > 0.0, "{measured:?}");
         let implied = measured.rate / measured.ratio;
