@@ -155,7 +155,7 @@ pub(crate) fn bench(args: &BenchArgs) -> Result<(), Failure> {
                 exchange: None,
                 num_envs: n,
                 mode: "sync",
-                steps_per_second: steps as f64 / elapsed.as_secs_f64(),
+                steps_per_second: rate(steps, elapsed),
                 paired: None,
                 overhead_ns: None,
                 steps_per_call: None,
@@ -256,8 +256,8 @@ struct Paired {
 
 /// `block(length)` (it runs the measured loop for about `length`, and
 /// returns its env-steps and the time they took) and the raw loop
-/// alternately, [`PAIRS`] blocks of each, each `budget` / [`PAIRS`] long,
-/// the order flipped every pair: each ratio is taken within tens of
+/// alternately, [`PAIRS`] blocks of each, each `budget` / [`PAIRS`] long
+/// (at least [`MIN_BLOCK`]), the order flipped every pair: each ratio is taken within tens of
 /// milliseconds, so that the host's drift over the seconds between one
 /// row and the next (single runs 1.5 to 2 times apart on a shared machine)
 /// does not enter it.
@@ -270,7 +270,6 @@ fn paired(
     // (each pool block begins with a reset and ends with nothing in
     // flight: a few tens of microseconds of the block).
     let length = (budget / PAIRS).max(MIN_BLOCK);
-    let rate = |(steps, elapsed): (u64, Duration)| steps as f64 / elapsed.as_secs_f64().max(1e-9);
     let (mut steps, mut time, mut raw_steps, mut raw_time) = (0, Duration::ZERO, 0, Duration::ZERO);
     let mut ratios = Vec::with_capacity(PAIRS as usize);
     for pair in 0..PAIRS {
@@ -281,7 +280,7 @@ fn paired(
             let alongside = raw.run(length)?;
             (block(length)?, alongside)
         };
-        ratios.push(rate(measured) / rate(alongside));
+        ratios.push(rate(measured.0, measured.1) / rate(alongside.0, alongside.1));
         (steps, time) = (steps + measured.0, time + measured.1);
         (raw_steps, raw_time) = (raw_steps + alongside.0, raw_time + alongside.1);
     }
@@ -293,10 +292,15 @@ fn paired(
         ratios[mid]
     };
     Ok(Paired {
-        rate: rate((steps, time)),
-        raw: rate((raw_steps, raw_time)),
+        rate: rate(steps, time),
+        raw: rate(raw_steps, raw_time),
         ratio,
     })
+}
+
+/// Env-steps per second of `steps` in `elapsed`.
+fn rate(steps: u64, elapsed: Duration) -> f64 {
+    steps as f64 / elapsed.as_secs_f64().max(1e-9)
 }
 
 /// The figures of a bare loop.

@@ -84,10 +84,11 @@ struct Shared {
     /// two) and none pinned: while envs are quick (as for a receiver's
     /// help, `HELP_MAX_ENV_TIME`) it rests, claiming nothing (`worker.rs`;
     /// sends to some envs queue nothing for it, and what a send to every
-    /// env queues for it a helping receiver takes), so that the workers and the calling thread, which
-    /// helps in a synchronous step and does the pool's bookkeeping in an
-    /// asynchronous one, are no more threads than the cores: a third
-    /// thread on two cores takes the core of whichever is running. It
+    /// env queues for it a helping receiver takes), so that the workers
+    /// and the calling thread, which helps in a synchronous step and does
+    /// the pool's bookkeeping in an asynchronous one, are no more threads
+    /// than the cores: a third thread on two cores takes the core of
+    /// whichever is running. It
     /// works as the others while envs are slow, and claims queued jobs
     /// that wait on a stuck worker ([`pool_core::spin::SPARE_NAP`]).
     spare: Option<usize>,

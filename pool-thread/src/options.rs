@@ -30,9 +30,9 @@ impl ThreadOptions {
     /// while env steps are quick (under 10 us on average): it claims no
     /// job (a synchronous step's helping caller takes its envs), so that
     /// the calling thread, which helps and does the pool's bookkeeping,
-    /// has a core; it still takes over the jobs
-    /// of a worker stuck in a step, and works as the others once steps
-    /// are slower (`pool-core/README.md`, "A spare worker").
+    /// has a core; it still takes over the jobs of a worker stuck in a
+    /// step, and works as the others once steps are slower
+    /// (`pool-core/README.md`, "A spare worker").
     pub fn threads(mut self, n: usize) -> ThreadOptions {
         self.threads = NonZeroUsize::new(n);
         self

@@ -6,9 +6,10 @@
 //! buffers stay in that core's cache). The chunk is queued once; its jobs
 //! are claimed one at a time through one atomic word (the front by its
 //! worker, the back by a worker whose own queue is empty, or by a helping
-//! receiver, which takes the front of a resting worker's), so that a job nobody started stays takeable by anyone while
-//! the chunk's worker is inside a long step, and no job costs a lock or a
-//! reference count of its own.
+//! receiver, which takes the front of a resting worker's), so that a job
+//! nobody started stays takeable by anyone while the chunk's worker is
+//! inside a long step, and no job costs a lock or a reference count of its
+//! own.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -324,31 +325,20 @@ pub(crate) struct Current {
 /// the back of its last if `stolen` (the push count read before), dropping
 /// the spent chunks on the way. A claim from the front is the worker's own.
 fn claim_one(queue: &mut VecDeque<Arc<Chunk>>, stolen: Option<u64>) -> Option<Claim> {
-    let from_back = stolen.is_some();
-    loop {
-        let chunk = if from_back {
-            queue.back()
-        } else {
-            queue.front()
-        }?;
-        if let Some(claimed) = chunk.claim(1, from_back) {
-            return Some(Claim {
-                chunk: Arc::clone(chunk),
-                index: claimed.start,
-                stolen,
-            });
-        }
-        if from_back {
-            queue.pop_back();
-        } else {
-            queue.pop_front();
-        }
-    }
+    let mut claimed = SmallVec::new();
+    take_from(queue, 1, &mut claimed, stolen.is_some());
+    let Claimed { chunk, range } = claimed.pop()?;
+    Some(Claim {
+        chunk,
+        index: range.start,
+        stolen,
+    })
 }
 
 /// Claims up to `max` jobs of `queue` into `out`, from the back of its last
 /// chunk or from the front of its first, dropping the spent chunks on the
-/// way ([`WorkQueue::take_any`]). Returns how many it claimed.
+/// way ([`WorkQueue::take_any`], [`claim_one`]). Returns how many it
+/// claimed.
 fn take_from(
     queue: &mut VecDeque<Arc<Chunk>>,
     max: usize,

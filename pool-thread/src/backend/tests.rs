@@ -34,6 +34,13 @@ fn held(
     })
 }
 
+/// As many workers as cores, at least two: the pools that have a spare.
+fn workers_on_every_core() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .max(2)
+}
+
 /// `n` envs as [`held`], env 0 the held one.
 fn held_first(
     n: usize,
@@ -239,9 +246,7 @@ fn results_do_not_wait_for_a_stuck_env() {
 /// receiver only waits: no help).
 #[test]
 fn a_resting_spare_worker_runs_the_jobs_behind_a_stuck_step() {
-    let workers = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .max(2);
+    let workers = workers_on_every_core();
     let n = 4 * workers;
     let hold = Arc::new(AtomicBool::new(false));
     let ran_on = Arc::new(Mutex::new(Vec::new()));
@@ -336,9 +341,7 @@ fn napping_spare(n: usize, workers: usize) -> Napping {
 /// holds worker 0; on two workers nobody else takes the block).
 #[test]
 fn a_helper_takes_the_resting_spares_block_of_a_send_to_every_env() {
-    let workers = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .max(2);
+    let workers = workers_on_every_core();
     if workers != 2 {
         // More workers would steal the block from its back meanwhile.
         return;
@@ -366,9 +369,7 @@ fn a_helper_takes_the_resting_spares_block_of_a_send_to_every_env() {
 /// other worker (on two workers; with more, others could take them).
 #[test]
 fn a_send_that_queues_jobs_for_a_napping_spare_wakes_it() {
-    let workers = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .max(2);
+    let workers = workers_on_every_core();
     let n = 4 * workers;
     let Napping {
         backend,
